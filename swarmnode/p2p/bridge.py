@@ -1,0 +1,159 @@
+"""Bounded, thread-safe hand-off between the asyncio node and the trio libp2p thread.
+
+Role: the only objects both threads touch. Neither side ever blocks on the other:
+producers append without waiting, consumers wait on their own loop's primitive.
+
+Invariants:
+- Every queue has a fixed bound; when full the *oldest* item is dropped (newer
+  rollouts are fresher and worth more) and the drop is counted.
+- ``Inbox`` (trio -> asyncio) wakes the asyncio consumer with
+  ``loop.call_soon_threadsafe`` carrying no payload, so a stalled asyncio loop can
+  never make the hand-off grow past its bound.
+- ``Outbox`` (asyncio -> trio) wakes the trio pump through a ``TrioToken``; the
+  payload stays in the bounded deque, never in trio's callback queue.
+- ``Counters`` is a lock-protected name -> int map read by ``stats()``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from typing import Generic, NamedTuple, TypeVar
+
+T = TypeVar("T")
+
+
+class Received(NamedTuple):
+    """One validated gossip message, as the node's ingestion reads it."""
+
+    peer_id: str  # the signed originator (not the forwarder)
+    payload: bytes  # a message decode_batch accepted
+    received_at: float  # unix seconds, stamped in the libp2p thread on arrival
+
+
+class Counters:
+    """Thread-safe counters keyed by name (``msgs_in``, ``rejected.schema``...)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._c: Counter[str] = Counter()
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._c[name] += n
+
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._c[name]
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._c)
+
+
+class _DropOldest(Generic[T]):
+    def __init__(self, maxlen: int, counters: Counters, drop_counter: str) -> None:
+        if maxlen < 1:
+            raise ValueError("maxlen must be >= 1")
+        self._lock = threading.Lock()
+        self._items: deque[T] = deque()
+        self._maxlen = maxlen
+        self._counters = counters
+        self._drop_counter = drop_counter
+
+    def _append(self, item: T) -> bool:
+        """Append; return True if the queue was empty before (a wake-up is due)."""
+        with self._lock:
+            was_empty = not self._items
+            if len(self._items) >= self._maxlen:
+                self._items.popleft()
+                self._counters.add(self._drop_counter)
+            self._items.append(item)
+            return was_empty
+
+    def get_nowait(self) -> T | None:
+        with self._lock:
+            return self._items.popleft() if self._items else None
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._items)
+
+    @property
+    def maxsize(self) -> int:
+        return self._maxlen
+
+
+class Inbox(_DropOldest[Received]):
+    """Received messages waiting for the node (asyncio side reads)."""
+
+    def __init__(self, maxlen: int, counters: Counters) -> None:
+        super().__init__(maxlen, counters, "inbox_dropped")
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Attach the asyncio loop that consumes; call from that loop."""
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def put(self, item: Received) -> None:
+        """Called from the libp2p thread; never blocks."""
+        self._append(item)
+        loop, event = self._loop, self._event
+        if loop is not None and event is not None and not loop.is_closed():
+            try:
+                loop.call_soon_threadsafe(event.set)
+            except RuntimeError:  # loop closed between the check and the call
+                self._counters.add("inbox_wake_failed")
+
+    async def get(self, timeout: float | None = None) -> Received | None:
+        """Next message, or None after ``timeout`` seconds (None = wait until one comes)."""
+        if self._event is None:
+            raise RuntimeError("Inbox.bind() was not called")
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            item = self.get_nowait()
+            if item is not None:
+                return item
+            self._event.clear()
+            if len(self):  # raced with a put between get_nowait and clear
+                continue
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return None
+            try:
+                await asyncio.wait_for(self._event.wait(), left)
+            except TimeoutError:
+                return None
+
+    def drain(self, limit: int | None = None) -> list[Received]:
+        """Everything waiting (at most ``limit``), oldest first, without waiting."""
+        out: list[Received] = []
+        while limit is None or len(out) < limit:
+            item = self.get_nowait()
+            if item is None:
+                break
+            out.append(item)
+        return out
+
+
+class Outbox(_DropOldest[bytes]):
+    """Payloads waiting to be published (asyncio side writes, trio pump reads)."""
+
+    def __init__(self, maxlen: int, counters: Counters) -> None:
+        super().__init__(maxlen, counters, "outbox_dropped")
+        self._wake: Callable[[], None] | None = None
+
+    def bind(self, wake: Callable[[], None]) -> None:
+        """Set the thread-safe wake-up (``TrioToken.run_sync_soon`` of an event.set)."""
+        self._wake = wake
+
+    def put(self, payload: bytes) -> None:
+        """Called from the asyncio loop; never blocks."""
+        self._append(payload)
+        if self._wake is not None:
+            self._wake()

@@ -1,0 +1,376 @@
+"""The libp2p side of the transport: one host, gossipsub, DHT and dialers, all trio.
+
+Role: everything here runs inside the dedicated trio thread that ``GossipTransport``
+starts. It talks to the asyncio node only through ``bridge`` (bounded queues and
+counters) and a stats snapshot.
+
+Invariants:
+- Security is Noise only (py-libp2p also offers plaintext, secio and TLS by default;
+  they are switched off), muxer yamux, optional PSK private network.
+- Gossipsub speaks the standard /meshsub/1.2.0, 1.1.0, 1.0.0 ids with strict
+  signing: our messages are signed; unsigned or badly signed ones are counted
+  (``rejected.signature``) and dropped before anything else looks at them.
+- The topic validator runs ``decode_batch`` on every message before gossipsub
+  delivers or forwards it; rejects are counted as ``rejected.<reason>``.
+- Every dial and every wait has a timeout; an unreachable bootstrap node is retried
+  with capped exponential backoff forever and never stalls anything else.
+- Peers are learned from the DHT (lookups through whoever we are connected to),
+  gossipsub peer exchange and mDNS, and dialled until ``target_peers`` are connected,
+  so the mesh survives a bootstrap node going away.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import time
+from contextlib import AsyncExitStack
+from dataclasses import dataclass
+from typing import Any
+
+import multiaddr
+import trio
+from libp2p import new_host
+from libp2p.crypto.keys import KeyPair
+from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
+from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.validators import signature_validator
+from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
+from libp2p.security.noise.transport import Transport as NoiseTransport
+from libp2p.tools.anyio_service import background_trio_service
+
+from swarmnode.config import SwarmConfig
+from swarmnode.p2p.bridge import Counters, Inbox, Outbox, Received
+from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, WireError, decode_batch
+
+log = logging.getLogger("swarmnode.p2p")
+# py-libp2p's DHT server warns "Failed to read DHT message" every time a client
+# closes its query stream (a normal end); keep its real errors, drop that noise.
+logging.getLogger("libp2p.kad_dht.kad_dht").setLevel(logging.ERROR)
+
+GOSSIP_PROTOCOLS = (PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID)
+# pubsub caps whole RPC frames; one message plus its signed envelope must fit.
+MAX_RPC_BYTES = 1024 * 1024
+_EQUIVOCATION_KEEP = 256  # see _trim_router_state
+
+
+def topic_for(swarm_name: str) -> str:
+    return f"/swarmnode/{swarm_name}/rollouts/1"
+
+
+class SignatureCountingPubsub(Pubsub):
+    """Pubsub that counts messages whose signature fails before dropping them.
+
+    py-libp2p's strict signing drops such messages silently; we check first (the
+    same verifier) so operators see them as ``rejected.signature``.
+    """
+
+    def __init__(self, *args: Any, counters: Counters, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._counters = counters
+
+    async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        if msg_forwarder != self.my_id and not self._signature_ok(msg):
+            self._counters.add("rejected.signature")
+            log.debug("dropped a message with a missing or bad signature via %s", msg_forwarder)
+            return
+        await super().push_msg(msg_forwarder, msg)
+
+    @staticmethod
+    def _signature_ok(msg: rpc_pb2.Message) -> bool:
+        try:
+            return bool(signature_validator(msg))
+        # A malformed key or from-id makes the verifier raise instead of return False.
+        except (ValueError, TypeError, KeyError, IndexError):
+            return False
+
+
+@dataclass
+class HostInfo:
+    """What the trio side reports back once it is listening."""
+
+    peer_id: str
+    listen_addrs: list[str]
+
+
+class P2PHost:
+    """One running libp2p node; ``run`` lives for the life of the trio thread."""
+
+    def __init__(
+        self,
+        cfg: SwarmConfig,
+        key_pair: KeyPair,
+        psk: str | None,
+        inbox: Inbox,
+        outbox: Outbox,
+        counters: Counters,
+    ) -> None:
+        self.cfg = cfg
+        self.key_pair = key_pair
+        self.psk = psk
+        self.inbox = inbox
+        self.outbox = outbox
+        self.counters = counters
+        self.topic = topic_for(cfg.name)
+        self.stop_event = trio.Event()
+        self._wake_send, self._wake_recv = trio.open_memory_channel[None](1)
+        self._snapshot: dict[str, Any] = {}
+        self._dial_backoff: dict[ID, tuple[float, float]] = {}  # peer -> (next try, delay)
+        self.peer_id = ID.from_pubkey(key_pair.public_key)
+        self.host: Any = None
+        self.gossipsub: GossipSub | None = None
+        self.dht: KadDHT | None = None
+
+    # ---- thread-safe entry points (called via TrioToken.run_sync_soon) ----------
+
+    def wake_publisher(self) -> None:
+        # WouldBlock = a wake-up is already pending; the pump drains the whole outbox.
+        with contextlib.suppress(trio.WouldBlock):
+            self._wake_send.send_nowait(None)
+
+    def snapshot(self) -> dict[str, Any]:
+        return dict(self._snapshot)
+
+    # ---- lifecycle ------------------------------------------------------------
+
+    def _build(self) -> tuple[Any, SignatureCountingPubsub, GossipSub]:
+        cfg = self.cfg
+        noise = NoiseTransport(self.key_pair, noise_privkey=new_x25519_key_pair().private_key)
+        host = new_host(
+            key_pair=self.key_pair,
+            sec_opt={NOISE_PROTOCOL_ID: noise},
+            muxer_preference="YAMUX",
+            listen_addrs=[multiaddr.Multiaddr(a) for a in cfg.listen],
+            enable_mDNS=cfg.mdns,
+            psk=self.psk,
+            announce_addrs=[multiaddr.Multiaddr(a) for a in cfg.announce] or None,
+            negotiate_timeout=int(max(1, cfg.dial_timeout_s)),
+        )
+        gossipsub = GossipSub(
+            protocols=list(GOSSIP_PROTOCOLS),
+            degree=cfg.mesh_degree,
+            degree_low=max(1, cfg.mesh_degree - 2),
+            degree_high=2 * cfg.mesh_degree,
+            heartbeat_interval=cfg.heartbeat_s,
+            heartbeat_initial_delay=0.1,
+            do_px=True,
+            max_messages_per_topic_per_second=cfg.max_msgs_per_s_per_peer,
+        )
+        pubsub = SignatureCountingPubsub(
+            host,
+            gossipsub,
+            strict_signing=True,
+            max_inbound_rpc_size=MAX_RPC_BYTES,
+            counters=self.counters,
+        )
+        return host, pubsub, gossipsub
+
+    async def run(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """Start, report ``HostInfo`` through ``task_status``, run until ``stop_event``."""
+        host, pubsub, gossipsub = self._build()
+        self.host, self.gossipsub = host, gossipsub
+        listen = [multiaddr.Multiaddr(a) for a in self.cfg.listen]
+        with trio.CancelScope() as outer:
+            async with AsyncExitStack() as stack:
+                await stack.enter_async_context(host.run(listen_addrs=listen))
+                await stack.enter_async_context(background_trio_service(pubsub))
+                await stack.enter_async_context(background_trio_service(gossipsub))
+                with trio.fail_after(self.cfg.dial_timeout_s):
+                    await pubsub.wait_until_ready()
+                if self.cfg.dht:
+                    self.dht = KadDHT(host, DHTMode.SERVER)
+                    await stack.enter_async_context(background_trio_service(self.dht))
+                pubsub.set_topic_validator(self.topic, self._validate, is_async_validator=False)
+                sub = await pubsub.subscribe(self.topic)
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._receive_loop, sub)
+                    nursery.start_soon(self._publish_loop, pubsub)
+                    nursery.start_soon(self._discovery_loop)
+                    nursery.start_soon(self._snapshot_loop, pubsub)
+                    for text in self.cfg.bootstrap:
+                        nursery.start_soon(self._keep_bootstrap, text)
+                    self._refresh_snapshot(pubsub)
+                    task_status.started(HostInfo(self.peer_id.to_base58(), self.listen_addrs()))
+                    await self.stop_event.wait()
+                    # From here the graceful close has shutdown_timeout_s, then it is cut.
+                    outer.deadline = trio.current_time() + self.cfg.shutdown_timeout_s
+                    nursery.cancel_scope.cancel()
+        if outer.cancelled_caught:
+            self.counters.add("shutdown_timeout")
+            log.warning("libp2p shutdown took over %.1fs; cut short", self.cfg.shutdown_timeout_s)
+
+    def listen_addrs(self) -> list[str]:
+        """Our dialable addresses, each with /p2p/<id> appended."""
+        if self.host is None:
+            return []
+        pid = self.peer_id.to_base58()
+        out = []
+        for a in self.host.get_addrs():
+            text = str(a)
+            out.append(text if "/p2p/" in text else f"{text}/p2p/{pid}")
+        return out
+
+    # ---- gossip -----------------------------------------------------------------
+
+    def _validate(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """Topic validator: only messages decode_batch accepts are delivered or forwarded."""
+        try:
+            batch = decode_batch(msg.data)
+        except WireError as err:
+            self.counters.add(f"rejected.{err.reason}")
+            log.debug("rejected a message via %s: %s", forwarder, err)
+            return False
+        if batch.swarm != self.cfg.name:
+            self.counters.add("rejected.wrong_swarm")
+            return False
+        return True
+
+    async def _receive_loop(self, sub: Any) -> None:
+        while True:
+            msg = await sub.get()
+            origin = ID(msg.from_id)
+            if origin == self.peer_id:
+                continue  # our own publish, echoed to our own subscription
+            self.counters.add("msgs_in")
+            self.counters.add("bytes_in", len(msg.data))
+            self.inbox.put(Received(origin.to_base58(), bytes(msg.data), time.time()))
+
+    async def _publish_loop(self, pubsub: Pubsub) -> None:
+        while True:
+            payload = self.outbox.get_nowait()
+            if payload is None:
+                await self._wake_recv.receive()
+                continue
+            if len(payload) > MAX_MESSAGE_BYTES:
+                self.counters.add("publish_too_large")
+                continue
+            try:
+                with trio.fail_after(self.cfg.dial_timeout_s):
+                    await pubsub.publish(self.topic, payload)
+            except trio.TooSlowError:
+                self.counters.add("publish_timeout")
+                log.warning("publishing a %d-byte batch timed out", len(payload))
+            # libp2p's publish path can raise many unrelated types (stream, protobuf,
+            # router errors); one failed publish must not stop the pump.
+            except Exception:
+                self.counters.add("publish_failed")
+                log.exception("publishing a %d-byte batch failed", len(payload))
+            else:
+                self.counters.add("msgs_out")
+                self.counters.add("bytes_out", len(payload))
+
+    # ---- peers ------------------------------------------------------------------
+
+    def _connected(self, peer: ID) -> bool:
+        return bool(self.host is not None and peer in set(self.host.get_connected_peers()))
+
+    async def _dial(self, info: PeerInfo, counter: str) -> bool:
+        """One dial with a timeout; True if connected. Failures are counted, not raised."""
+        try:
+            with trio.fail_after(self.cfg.dial_timeout_s):
+                await self.host.connect(info)
+        except trio.TooSlowError:
+            self.counters.add(f"{counter}_timeout")
+            return False
+        # Dial failures surface as SwarmException, OSError, multiselect, noise or
+        # PSK decryption errors depending on where the handshake broke.
+        except Exception as err:
+            self.counters.add(f"{counter}_failed")
+            log.debug("dial %s failed: %s: %s", info.peer_id, err.__class__.__name__, err)
+            return False
+        self.counters.add(f"{counter}_ok")
+        return True
+
+    async def _keep_bootstrap(self, text: str) -> None:
+        """Stay connected to one bootstrap peer: redial with capped backoff when it drops."""
+        info = info_from_p2p_addr(multiaddr.Multiaddr(text))
+        delay = 1.0
+        while True:
+            if self._connected(info.peer_id):
+                delay = 1.0
+                await trio.sleep(self.cfg.discovery_interval_s)
+                continue
+            if await self._dial(info, "bootstrap_dial"):
+                delay = 1.0
+                continue
+            log.info("bootstrap %s unreachable; retrying in %.0fs", text, delay)
+            await trio.sleep(delay * random.uniform(0.8, 1.2))
+            delay = min(delay * 2, self.cfg.bootstrap_backoff_max_s)
+
+    async def _discovery_loop(self) -> None:
+        """Learn peers (DHT lookups; PX and mDNS fill the peerstore) and dial them."""
+        while True:
+            await trio.sleep(self.cfg.discovery_interval_s)
+            self._trim_router_state()
+            connected = set(self.host.get_connected_peers())
+            if len(connected) >= self.cfg.target_peers:
+                continue
+            if self.dht is not None and connected:
+                with trio.move_on_after(self.cfg.dial_timeout_s):
+                    try:
+                        await self.dht.peer_routing.find_closest_peers_network(
+                            self.peer_id.to_bytes()
+                        )
+                    # a lookup fails per queried peer in many ways; next tick retries
+                    except Exception as err:
+                        self.counters.add("dht_lookup_failed")
+                        log.debug("DHT lookup failed: %s", err)
+            await self._dial_candidates(connected)
+
+    async def _dial_candidates(self, connected: set[ID]) -> None:
+        store = self.host.get_peerstore()
+        now = trio.current_time()
+        want = self.cfg.target_peers - len(connected)
+        candidates = [
+            p
+            for p in store.peers_with_addrs()
+            if p != self.peer_id
+            and p not in connected
+            and self._dial_backoff.get(p, (0.0, 0.0))[0] <= now
+        ]
+        random.shuffle(candidates)
+        for peer in candidates[: max(0, want)]:
+            if await self._dial(PeerInfo(peer, store.addrs(peer)), "peer_dial"):
+                self._dial_backoff.pop(peer, None)
+            else:
+                delay = min(self._dial_backoff.get(peer, (0.0, 1.0))[1] * 2, 300.0)
+                self._dial_backoff[peer] = (trio.current_time() + delay, delay)
+        if len(self._dial_backoff) > 4096:  # forget the stalest entries; bounded memory
+            for peer in sorted(self._dial_backoff, key=lambda p: self._dial_backoff[p][0])[:2048]:
+                del self._dial_backoff[peer]
+
+    def _trim_router_state(self) -> None:
+        """Bound gossipsub's equivocation map: py-libp2p keeps up to 1000 full messages
+        (up to 1 MiB each) there; the last few hundred suffice to catch equivocation."""
+        gs = self.gossipsub
+        if gs is not None and len(gs.equivocation_detection) > _EQUIVOCATION_KEEP:
+            keys = list(gs.equivocation_detection)
+            for key in keys[: len(keys) - _EQUIVOCATION_KEEP]:
+                del gs.equivocation_detection[key]
+
+    # ---- stats ------------------------------------------------------------------
+
+    def _refresh_snapshot(self, pubsub: Pubsub) -> None:
+        gs = self.gossipsub
+        peers = sorted(p.to_base58() for p in self.host.get_connected_peers())
+        self._snapshot = {
+            "peer_id": self.peer_id.to_base58(),
+            "listen_addrs": self.listen_addrs(),
+            "topic": self.topic,
+            "connected_peers": peers,
+            "topic_peers": len(pubsub.peer_topics.get(self.topic, ())),
+            "mesh_size": len(gs.mesh.get(self.topic, ())) if gs is not None else 0,
+            "dht_routing_table": self.dht.get_routing_table_size() if self.dht else 0,
+            "updated_at": time.time(),
+        }
+
+    async def _snapshot_loop(self, pubsub: Pubsub) -> None:
+        while True:
+            await trio.sleep(0.5)
+            self._refresh_snapshot(pubsub)

@@ -25,7 +25,9 @@ import secrets
 import stat
 from pathlib import Path
 
+from google.protobuf.message import DecodeError
 from libp2p.crypto.ed25519 import Ed25519PrivateKey
+from libp2p.crypto.exceptions import CryptographyError
 from libp2p.crypto.keys import KeyPair, KeyType
 from libp2p.crypto.serialization import deserialize_private_key
 from libp2p.peer.id import ID
@@ -75,8 +77,10 @@ def load_identity(path: Path) -> KeyPair:
     _check_private(path)
     try:
         key = deserialize_private_key(path.read_bytes())
-    except (OSError, ValueError) as err:
-        raise IdentityError(f"{path}: not a libp2p private key ({err})") from None
+    except (OSError, ValueError, DecodeError, CryptographyError) as err:
+        raise IdentityError(
+            f"{path}: not a libp2p private key ({err.__class__.__name__})"
+        ) from None
     if key.get_type() != KeyType.Ed25519:
         raise IdentityError(f"{path}: key type {key.get_type().name}, expected Ed25519")
     return KeyPair(key, key.get_public_key())

@@ -260,7 +260,7 @@ def decode_batch(data: bytes) -> Batch:
             max_ext_len=0,
             max_str_len=MAX_MESSAGE_BYTES,
             max_array_len=max(MAX_COMPLETIONS, MAX_GROUPS, MAX_CONFIG_ITEMS),
-            max_map_len=MAX_CONFIG_ITEMS,
+            max_map_len=2 * MAX_CONFIG_ITEMS,  # the precise cap is _check_config
         )
     except WireError:
         raise

@@ -1,0 +1,201 @@
+"""Local control endpoint and the CLI helpers built on it.
+
+Role: a running node serves its status as JSON on a Unix socket in its data
+directory (``<data_dir>/control.sock``, mode 0600: only the owner can ask);
+``swarmnode status`` / ``swarmnode peers`` read it with ``query_status``. Also the
+``keygen`` and ``id`` commands.
+
+Protocol: the client sends one line (``status``), the server answers one JSON
+line and closes. Nothing but a fixed status view is reachable: no commands that
+change the node.
+
+Invariants:
+- Loopback only by construction (a Unix socket; nothing listens on TCP).
+- Every read and write on both sides has a timeout; requests are capped at
+  ``MAX_REQUEST`` bytes.
+- A failing node status callback is logged and reported in the answer
+  (``node_error``), never hidden and never fatal to the endpoint.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from swarmnode.p2p.identity import (
+    PSK_FILE,
+    create_psk,
+    identity_path,
+    load_or_create_identity,
+    peer_id_of,
+)
+
+if TYPE_CHECKING:
+    from swarmnode.config import Config
+    from swarmnode.p2p.transport import GossipTransport
+
+log = logging.getLogger("swarmnode.p2p")
+
+SOCKET_NAME = "control.sock"
+MAX_REQUEST = 256
+IO_TIMEOUT = 5.0
+MAX_REPLY = 16 * 1024 * 1024
+
+
+class ControlError(Exception):
+    """No running node answered, or it answered nonsense; one-line message."""
+
+
+def socket_path(data_dir: Path) -> Path:
+    return Path(data_dir) / SOCKET_NAME
+
+
+class ControlServer:
+    """Serves ``{"swarm": transport.stats(), "node": status_fn(), ...}`` on the socket."""
+
+    def __init__(
+        self,
+        data_dir: Path,
+        transport: GossipTransport | None = None,
+        status_fn: Callable[[], dict[str, Any]] | None = None,
+    ) -> None:
+        self.path = socket_path(data_dir)
+        self.transport = transport
+        self.status_fn = status_fn
+        self._server: asyncio.AbstractServer | None = None
+        self.requests = 0
+        self.errors = 0
+
+    def status(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"pid": os.getpid(), "time": time.time()}
+        out["swarm"] = self.transport.stats() if self.transport is not None else None
+        if self.status_fn is not None:
+            try:
+                out["node"] = self.status_fn()
+            except Exception as err:  # the node's callback: report, don't kill the endpoint
+                self.errors += 1
+                log.exception("node status callback failed")
+                out["node_error"] = f"{err.__class__.__name__}: {err}"
+        return out
+
+    async def start(self) -> None:
+        if len(os.fsencode(self.path)) >= 100:
+            raise ControlError(f"{self.path}: too long for a Unix socket; use a shorter data_dir")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.exists():
+            if _answers(self.path):
+                raise ControlError(f"{self.path}: another node is running on this data_dir")
+            self.path.unlink()  # stale socket from a crashed run
+        self._server = await asyncio.start_unix_server(
+            self._handle, path=str(self.path), limit=MAX_REQUEST
+        )
+        os.chmod(self.path, 0o600)
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._server.wait_closed(), IO_TIMEOUT)
+            self._server = None
+        with contextlib.suppress(FileNotFoundError):
+            self.path.unlink()
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.requests += 1
+        try:
+            line = await asyncio.wait_for(reader.readline(), IO_TIMEOUT)
+            if line.strip() == b"status":
+                reply: dict[str, Any] = self.status()
+            else:
+                reply = {"error": "unknown request; send 'status'"}
+            writer.write(json.dumps(reply, default=str).encode() + b"\n")
+            await asyncio.wait_for(writer.drain(), IO_TIMEOUT)
+        except (TimeoutError, ConnectionError, ValueError) as err:
+            self.errors += 1
+            log.warning("control request failed: %s", err.__class__.__name__)
+        finally:
+            writer.close()
+            with contextlib.suppress(TimeoutError, ConnectionError):
+                await asyncio.wait_for(writer.wait_closed(), IO_TIMEOUT)
+
+
+def _answers(path: Path) -> bool:
+    try:
+        query_status(path.parent, timeout=1.0)
+    except ControlError:
+        return False
+    return True
+
+
+def query_status(data_dir: Path, timeout: float = IO_TIMEOUT) -> dict[str, Any]:
+    """Ask the node running on ``data_dir`` for its status (blocking, with a timeout)."""
+    path = socket_path(data_dir)
+    if not path.exists():
+        raise ControlError(f"no node running on {data_dir} (no {SOCKET_NAME})")
+    deadline = time.monotonic() + timeout
+    chunks: list[bytes] = []
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+            s.settimeout(timeout)
+            s.connect(str(path))
+            s.sendall(b"status\n")
+            size = 0
+            while time.monotonic() < deadline:
+                s.settimeout(max(0.01, deadline - time.monotonic()))
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_REPLY:
+                    raise ControlError("status reply too large")
+            else:
+                raise ControlError(f"node did not answer within {timeout}s")
+    except TimeoutError:
+        raise ControlError(f"node did not answer within {timeout}s") from None
+    except OSError as err:
+        raise ControlError(f"cannot reach node on {path}: {err.strerror or err}") from None
+    try:
+        reply = json.loads(b"".join(chunks))
+    except ValueError:
+        raise ControlError("node sent a malformed status reply") from None
+    if not isinstance(reply, dict):
+        raise ControlError("node sent a malformed status reply")
+    return reply
+
+
+def cmd_keygen(data_dir: Path, psk: bool = False) -> str:
+    """``swarmnode keygen [--psk]``: make the identity (or a PSK file); return a report."""
+    if psk:
+        path = Path(data_dir) / PSK_FILE
+        create_psk(path)
+        return (
+            f"wrote a pre-shared key to {path} (mode 0600)\n"
+            "copy it to every node of the private swarm and set swarm.psk_file to it"
+        )
+    path = identity_path(Path(data_dir))
+    kp, created = load_or_create_identity(path)
+    verb = "created" if created else "kept existing"
+    return f"{verb} identity {path}\npeer id: {peer_id_of(kp)}"
+
+
+def cmd_id(cfg: Config) -> str:
+    """``swarmnode id``: peer ID plus listen multiaddrs (live ones if the node runs)."""
+    data_dir = Path(cfg.node.data_dir)
+    kp, _ = load_or_create_identity(identity_path(data_dir, cfg.swarm.key_file))
+    pid = peer_id_of(kp)
+    try:
+        addrs = list(query_status(data_dir, timeout=2.0)["swarm"]["listen_addrs"])
+        source = "running node"
+    except (ControlError, KeyError, TypeError):
+        addrs = [f"{a}/p2p/{pid}" for a in (cfg.swarm.announce or cfg.swarm.listen)]
+        source = "config (node not running; port 0 means chosen at start)"
+    return "\n".join([f"peer id: {pid}", f"addresses ({source}):", *(f"  {a}" for a in addrs)])

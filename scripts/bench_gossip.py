@@ -1,0 +1,209 @@
+"""Gossip benchmark: N swarmnode transports on loopback, each in its own process.
+
+Each node publishes one realistic round batch every second (random phase per
+node, as real rounds are not synchronised) for ``--seconds``; every node records
+when each peer's batch arrived. Latency = arrival time (stamped in the receiver's
+libp2p thread) minus the ``created`` time the sender wrote just before publishing;
+all processes share one clock. Delivery ratio = distinct (sender, round) pairs
+received / pairs expected (every batch at every other node).
+
+Topology: one routing-only bootstrap node (in this process) that every node dials;
+nodes then learn each other through the DHT.
+
+The last line printed is ``name=value`` pairs (p50_ms, p99_ms, delivery, ...).
+
+    .venv/bin/python scripts/bench_gossip.py --seconds 60
+    .venv/bin/python scripts/bench_gossip.py --preset large --seconds 30
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from swarmnode.config import SwarmConfig
+from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.p2p.transport import GossipTransport
+from swarmnode.p2p.wire import decode_batch, encode_batch
+
+PRESETS = {  # groups, completions per group, characters per completion
+    "small": (2, 8, 200),
+    "large": (8, 8, 2000),
+}
+DRAIN_S = 5.0
+
+
+def make_batch(node: int, round_: int, groups: int, completions: int, chars: int) -> bytes:
+    rng = random.Random(node * 1_000_003 + round_)
+    letters = "abcdefghijklmnopqrstuvwxyz 0123456789"
+    gs = [
+        RolloutGroup(
+            ref=ItemRef("basic_arithmetic", {"min_terms": 2}, node, round_ * groups + i),
+            question=f"What is {rng.randrange(1000)} + {rng.randrange(1000)}? " * 3,
+            completions=["".join(rng.choices(letters, k=chars)) for _ in range(completions)],
+            rewards=[float(rng.random() < 0.5) for _ in range(completions)],
+            model="embedded:smollm2-135m",
+        )
+        for i in range(groups)
+    ]
+    return encode_batch("bench", round_, gs)
+
+
+def swarm_cfg(bootstrap: list[str]) -> SwarmConfig:
+    return SwarmConfig(
+        enabled=True,
+        name="bench",
+        listen=["/ip4/127.0.0.1/tcp/0"],
+        bootstrap=bootstrap,
+        discovery_interval_s=1.0,
+        inbox_size=4096,
+    )
+
+
+async def worker(args: argparse.Namespace) -> None:
+    groups, completions, chars = PRESETS[args.preset]
+    t = GossipTransport(swarm_cfg([args.boot]), Path(args.data_dir))
+    await t.start()
+    deadline = time.monotonic() + 60
+    while t.stats()["mesh_size"] < 1 and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    print(f"READY {t.peer_id}", flush=True)
+    line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
+    start_at = float(line.split()[1])
+    phase = random.Random(args.worker).random()
+    arrivals: dict[str, list[tuple[int, float]]] = {}
+    sizes: list[int] = []
+    sent = 0
+    end_publish = start_at + args.seconds
+    next_pub = start_at + phase
+    while time.time() < end_publish + DRAIN_S:
+        now = time.time()
+        if now >= next_pub and next_pub < end_publish:
+            payload = make_batch(args.worker, sent, groups, completions, chars)
+            sizes.append(len(payload))
+            await t.publish(payload)
+            sent += 1
+            next_pub += 1.0
+        for r in t.inbox.drain():
+            b = decode_batch(r.payload)
+            lat = r.received_at - b.groups[0].created
+            arrivals.setdefault(r.peer_id, []).append((b.round, lat))
+        await asyncio.sleep(0.01)
+    st = t.stats()
+    await t.stop()
+    print("RESULT " + json.dumps({
+        "peer_id": st["peer_id"], "sent": sent, "sizes": sizes, "arrivals": arrivals,
+        "peers": st["num_peers"], "mesh": st["mesh_size"], "rejected": st["rejected"],
+        "inbox_dropped": st["inbox_dropped"],
+    }), flush=True)
+
+
+async def coordinator(args: argparse.Namespace) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="bench_gossip_"))
+    boot = GossipTransport(swarm_cfg([]), tmp / "boot")
+    await boot.start()
+    addr = boot.stats()["listen_addrs"][0]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, __file__, "--worker", str(i), "--boot", addr, "--data-dir",
+             str(tmp / f"n{i}"), "--seconds", str(args.seconds), "--preset", args.preset],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        for i in range(args.nodes)
+    ]
+    loop = asyncio.get_running_loop()
+    try:
+        ids = []
+        for p in procs:
+            assert p.stdout is not None
+            line = await asyncio.wait_for(loop.run_in_executor(None, p.stdout.readline), 120)
+            if not line.startswith("READY"):
+                raise RuntimeError(f"worker failed to start: {line!r}")
+            ids.append(line.split()[1])
+        start_at = time.time() + 3.0  # let nodes meet each other through the DHT
+        for p in procs:
+            assert p.stdin is not None
+            p.stdin.write(f"GO {start_at}\n")
+            p.stdin.flush()
+        results = []
+        timeout = args.seconds + DRAIN_S + 60
+        for p in procs:
+            assert p.stdout is not None
+            while True:
+                line = await asyncio.wait_for(
+                    loop.run_in_executor(None, p.stdout.readline), timeout
+                )
+                if not line:
+                    raise RuntimeError("worker exited without a result")
+                if line.startswith("RESULT "):
+                    results.append(json.loads(line[7:]))
+                    break
+        boot_stats = boot.stats()
+    finally:
+        for p in procs:
+            try:
+                p.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+        await boot.stop()
+    report(args, results, boot_stats)
+
+
+def report(args: argparse.Namespace, results: list[dict[str, Any]], boot: dict[str, Any]) -> None:
+    sent = {r["peer_id"]: r["sent"] for r in results}
+    lats: list[float] = []
+    delivered = expected = 0
+    for r in results:
+        for sender, n in sent.items():
+            if sender == r["peer_id"]:
+                continue
+            expected += n
+            got = r["arrivals"].get(sender, [])
+            delivered += len({rd for rd, _ in got})
+            lats.extend(lat for _, lat in got)
+    lats.sort()
+    sizes = [s for r in results for s in r["sizes"]]
+
+    def pct(q: float) -> float:
+        return 1000 * lats[min(len(lats) - 1, int(q * len(lats)))] if lats else float("nan")
+
+    for r in results:
+        print(f"node {r['peer_id'][-6:]}: sent={r['sent']} peers={r['peers']} "
+              f"mesh={r['mesh']} rejected={r['rejected']} inbox_dropped={r['inbox_dropped']}")
+    print(f"bootstrap: peers={boot['num_peers']} mesh={boot['mesh_size']} "
+          f"counters={boot['counters']}")
+    print(
+        f"nodes={args.nodes} seconds={args.seconds} preset={args.preset} "
+        f"msgs_sent={sum(sent.values())} expected={expected} delivered={delivered} "
+        f"delivery={delivered / expected if expected else float('nan'):.4f} "
+        f"p50_ms={pct(0.50):.1f} p99_ms={pct(0.99):.1f} max_ms={1000 * max(lats, default=0):.1f} "
+        f"mean_ms={1000 * statistics.fmean(lats) if lats else float('nan'):.1f} "
+        f"bytes_per_msg={statistics.fmean(sizes) if sizes else 0:.0f}"
+    )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--nodes", type=int, default=8)
+    ap.add_argument("--seconds", type=int, default=60)
+    ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--boot", help=argparse.SUPPRESS)
+    ap.add_argument("--data-dir", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    asyncio.run(worker(args) if args.worker is not None else coordinator(args))
+
+
+if __name__ == "__main__":
+    main()

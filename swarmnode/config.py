@@ -114,8 +114,10 @@ class TrainConfig(_Section):
         0.0, ge=0, description="KL penalty to the frozen base (0 = none, as in SAPO)."
     )
     max_grad_norm: float = Field(1.0, gt=0, description="Gradient norm clip.")
-    micro_batch_groups: int = Field(
-        1, ge=1, description="Rollout groups per forward/backward pass (lower = less memory)."
+    micro_batch_size: int | None = Field(
+        None,
+        ge=1,
+        description="Completions per forward/backward pass (null = a whole group; lower = less memory).",
     )
     format_reward_weight: float = Field(
         0.0, ge=0, le=1, description="Weight of the format reward added to the task reward."

@@ -1,0 +1,172 @@
+"""Sample G completions per prompt with a shared-prefix KV cache.
+
+Why not ``model.generate``: a rollout group is one prompt and G samples of it. We
+prefill each prompt once, copy its KV cache G times, then decode all Q*G rows in one
+batch, dropping rows from the batch as they finish. On a CPU this is most of a
+round's time, and the prompt is usually longer than the completion.
+
+Invariants:
+- Runs under ``torch.inference_mode``; never touches gradients or optimizer state.
+- With LoRA, decoding uses temporarily merged weights (``merged_lora``): the base
+  weight tensors are swapped, never modified in place, and restored exactly.
+- ``should_stop`` is polled once per token so a shutdown never waits for a round.
+- Returned completions include the EOS token when one was sampled (the policy must
+  learn to stop); rows cut at ``max_new_tokens`` carry no EOS.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from functools import cache
+
+import torch
+from transformers import DynamicCache, PreTrainedModel
+
+
+class GenerationCancelled(Exception):
+    """``should_stop`` asked generation to stop before it finished."""
+
+
+@dataclass
+class Samples:
+    """Completions for Q prompts × n samples, row i*n + j = sample j of prompt i."""
+
+    token_ids: list[list[int]]
+    logprobs: list[list[float]]  # sampling log-probabilities at temperature 1 scale
+
+
+@cache
+def _cache_kw(cls: type) -> str:
+    params = inspect.signature(cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
+
+
+def with_cache(model: torch.nn.Module, cache: DynamicCache) -> dict[str, DynamicCache]:
+    """The forward kwarg that passes a KV cache, under this transformers' name for it."""
+    get_base = getattr(model, "get_base_model", None)
+    base = get_base() if callable(get_base) else model
+    return {_cache_kw(type(base)): cache}
+
+
+@contextmanager
+def merged_lora(model: torch.nn.Module) -> Iterator[None]:
+    """Decode with W + BA in one matmul instead of W, A and B separately."""
+    if not hasattr(model, "peft_config"):
+        yield
+        return
+    from peft.tuners.lora import LoraLayer
+
+    saved: list[tuple[torch.nn.Module, torch.nn.Parameter]] = []
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, LoraLayer) or not hasattr(module, "base_layer"):
+                continue
+            base = module.base_layer
+            delta = sum(
+                module.get_delta_weight(name)
+                for name in module.active_adapters
+                if name in module.lora_A
+            )
+            if not isinstance(delta, torch.Tensor):
+                continue
+            saved.append((base, base.weight))
+            base.weight = torch.nn.Parameter(base.weight + delta.to(base.weight.dtype), False)
+    try:
+        with model.disable_adapter():  # type: ignore[operator]
+            yield
+    finally:
+        for base, weight in saved:
+            base.weight = weight
+
+
+def _pick(
+    logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row; return (tokens, their log-probability)."""
+    logp = torch.log_softmax(logits.float() / temperature, dim=-1)
+    probs = logp.exp()
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        cut = sorted_p.cumsum(-1) - sorted_p > top_p  # keep the smallest set reaching top_p
+        sorted_p = sorted_p.masked_fill(cut, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    tokens = torch.multinomial(probs, 1, generator=gen).squeeze(-1)
+    return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
+
+
+@torch.inference_mode()
+def sample(
+    model: PreTrainedModel,
+    prompts: Sequence[Sequence[int]],
+    n: int,
+    *,
+    max_new_tokens: int,
+    eos_ids: Sequence[int],
+    pad_id: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> Samples:
+    """Sample ``n`` completions for each prompt (token ids, no padding)."""
+    device = next(model.parameters()).device
+    q, width = len(prompts), max(len(p) for p in prompts)
+    ids = torch.full((q, width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((q, width), dtype=torch.long, device=device)
+    for i, p in enumerate(prompts):  # left padding: every row ends at the same column
+        ids[i, width - len(p) :] = torch.tensor(p, device=device)
+        mask[i, width - len(p) :] = 1
+    pos = (mask.cumsum(-1) - 1).clamp(min=0)
+
+    cache = DynamicCache()
+    out = model(
+        input_ids=ids,
+        attention_mask=mask,
+        position_ids=pos,
+        **with_cache(model, cache),
+        use_cache=True,
+        logits_to_keep=1,
+    )
+    cache.batch_repeat_interleave(n)
+    logits = out.logits[:, -1].repeat_interleave(n, 0)
+    mask = mask.repeat_interleave(n, 0)
+    next_pos = pos[:, -1:].repeat_interleave(n, 0) + 1
+
+    rows = q * n
+    tokens = torch.full((rows, max_new_tokens), pad_id, dtype=torch.long, device=device)
+    token_logp = torch.zeros((rows, max_new_tokens), device=device)
+    lengths = torch.full((rows,), max_new_tokens, dtype=torch.long, device=device)
+    alive = torch.arange(rows, device=device)  # original row of each batch row
+    eos = torch.tensor(list(eos_ids), device=device)
+    for step in range(max_new_tokens):
+        if should_stop():
+            raise GenerationCancelled
+        tok, lp = _pick(logits, temperature, top_p, generator)
+        tokens[alive, step] = tok
+        token_logp[alive, step] = lp
+        done = torch.isin(tok, eos)
+        lengths[alive[done]] = step + 1
+        if step == max_new_tokens - 1 or bool(done.all()):
+            break
+        if bool(done.any()):  # shrink the batch: finished rows cost nothing more
+            keep = (~done).nonzero().squeeze(-1)
+            cache.batch_select_indices(keep)
+            alive, tok, mask, next_pos = alive[keep], tok[keep], mask[keep], next_pos[keep]
+        mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=-1)
+        out = model(
+            input_ids=tok[:, None],
+            attention_mask=mask,
+            position_ids=next_pos,
+            **with_cache(model, cache),
+            use_cache=True,
+        )
+        logits = out.logits[:, -1]
+        next_pos = next_pos + 1
+    lens = lengths.tolist()
+    return Samples(
+        token_ids=[tokens[i, : lens[i]].tolist() for i in range(rows)],
+        logprobs=[token_logp[i, : lens[i]].tolist() for i in range(rows)],
+    )

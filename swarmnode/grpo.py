@@ -1,0 +1,158 @@
+"""The GRPO policy update: one step over a list of rollout groups, whatever their origin.
+
+Read top to bottom: advantages per group, then per group one forward of the prompt
+(its KV cache shared by the G completions), the clipped surrogate on completion
+tokens, optional KL to the frozen base, backward; one optimizer step at the end.
+
+Invariants:
+- Groups without signal (all rewards equal) never reach the loss: they are counted
+  as skipped. A step with no useful group makes no optimizer step.
+- The loss is a token-level mean over every completion token in the step, so long
+  and short completions weigh per token (DAPO-style), and the result does not
+  depend on how groups are split into micro-batches.
+- On-policy: one step per batch of fresh samples, so the "old" log-probabilities are
+  the current ones detached (ratio = 1, gradient = policy gradient); the clipping
+  still bounds the step when groups come from peers' policies.
+- KL, when enabled, uses the adapter-disabled model as reference (k3 estimator).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache
+
+from swarmnode.config import TrainConfig
+from swarmnode.generate import with_cache
+
+
+@dataclass
+class TokenizedGroup:
+    """A group ready for the loss: shared prompt ids, each completion's ids, advantages."""
+
+    prompt_ids: list[int]
+    completion_ids: list[list[int]]
+    advantages: list[float]
+
+
+@dataclass
+class StepStats:
+    loss: float = 0.0
+    kl: float = 0.0
+    clip_fraction: float = 0.0
+    grad_norm: float = 0.0
+    groups_trained: int = 0
+    groups_skipped: int = 0
+    tokens_trained: int = 0
+
+
+def group_advantages(rewards: Sequence[float], eps: float = 1e-4) -> list[float]:
+    """(r - mean) / (std + eps), std over the group (population).
+
+    >>> group_advantages([1.0, 0.0])
+    [0.9999000099990001, -0.9999000099990001]
+    >>> group_advantages([0.5, 0.5, 0.5])
+    [0.0, 0.0, 0.0]
+    """
+    r = torch.tensor(rewards, dtype=torch.float64)
+    adv = (r - r.mean()) / (r.std(unbiased=False) + eps)
+    return adv.tolist()
+
+
+def completion_logprobs(
+    model: torch.nn.Module, prompt_ids: list[int], completions: list[list[int]], pad_id: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probabilities of each completion token, prompt forwarded once for all rows.
+
+    Returns (logp [n, L], mask [n, L]); grads flow through both the prompt and the
+    completion forward.
+    """
+    device = next(model.parameters()).device
+    n, width = len(completions), max(len(c) for c in completions)
+    comp = torch.full((n, width), pad_id, dtype=torch.long, device=device)
+    mask = torch.zeros((n, width), dtype=torch.long, device=device)
+    for i, c in enumerate(completions):  # right padding after the shared prompt
+        comp[i, : len(c)] = torch.tensor(c, device=device)
+        mask[i, : len(c)] = 1
+    cache = DynamicCache()
+    prompt = torch.tensor([prompt_ids], device=device)
+    out = model(input_ids=prompt, **with_cache(model, cache), use_cache=True, logits_to_keep=1)
+    cache.batch_repeat_interleave(n)
+    first = out.logits[:, -1:].expand(n, -1, -1)  # predicts each completion's 1st token
+    if width == 1:
+        logits = first.float()
+        return logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1), mask
+    p = len(prompt_ids)
+    out = model(
+        input_ids=comp[:, :-1],
+        attention_mask=torch.cat([mask.new_ones((n, p)), mask[:, :-1]], dim=-1),
+        position_ids=torch.arange(p, p + width - 1, device=device).expand(n, -1),
+        **with_cache(model, cache),
+        use_cache=True,
+    )
+    logits = torch.cat([first, out.logits], dim=1).float()
+    logp = logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
+    return logp, mask
+
+
+def grpo_step(
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    groups: Sequence[TokenizedGroup],
+    cfg: TrainConfig,
+    pad_id: int,
+    micro_batch_size: int | None = None,
+    should_stop: Callable[[], bool] = lambda: False,
+) -> StepStats:
+    """One policy-gradient step on ``groups`` (already tokenised, with advantages)."""
+    stats = StepStats()
+    useful = [g for g in groups if any(abs(a) > 0 for a in g.advantages)]
+    stats.groups_skipped = len(groups) - len(useful)
+    if not useful:
+        return stats
+    total_tokens = sum(len(c) for g in useful for c in g.completion_ids)
+    reference = getattr(model, "disable_adapter", None) if cfg.kl_coef > 0 else None
+    optimizer.zero_grad(set_to_none=True)
+    model.train()
+    loss_sum = kl_sum = clipped = 0.0
+    for group in useful:
+        step = micro_batch_size or len(group.completion_ids)
+        for start in range(0, len(group.completion_ids), step):
+            if should_stop():
+                optimizer.zero_grad(set_to_none=True)
+                raise InterruptedError("stop requested during the update")
+            comps = group.completion_ids[start : start + step]
+            adv = torch.tensor(group.advantages[start : start + step], device=_dev(model))
+            logp, mask = completion_logprobs(model, group.prompt_ids, comps, pad_id)
+            ratio = torch.exp(logp - logp.detach())  # = 1; carries the gradient
+            a = adv[:, None]
+            surrogate = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * a)
+            per_token = -surrogate
+            if reference is not None:  # the frozen base = the adapter switched off
+                with torch.no_grad(), reference():
+                    ref_logp, _ = completion_logprobs(model, group.prompt_ids, comps, pad_id)
+                d = ref_logp - logp
+                kl = torch.exp(d) - d - 1
+                per_token = per_token + cfg.kl_coef * kl
+                kl_sum += float((kl * mask).sum())
+            m = mask.to(per_token.dtype)
+            loss = (per_token * m).sum() / total_tokens
+            loss.backward()  # type: ignore[no-untyped-call]
+            loss_sum += float(loss.detach())
+            clipped += float((((ratio - 1).abs() > cfg.clip_low).to(m.dtype) * m).sum())
+    params = [p for p in model.parameters() if p.requires_grad]
+    stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+    optimizer.step()
+    optimizer.zero_grad(set_to_none=True)
+    stats.loss = loss_sum
+    stats.kl = kl_sum / total_tokens
+    stats.clip_fraction = clipped / total_tokens
+    stats.groups_trained = len(useful)
+    stats.tokens_trained = total_tokens
+    return stats
+
+
+def _dev(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device

@@ -1,0 +1,166 @@
+"""A node's learner: makes rollout groups from its tasks and updates its policy.
+
+``Trainer.rollout`` turns item references into scored ``RolloutGroup``s;
+``Trainer.update`` takes any list of groups (local or external) and runs one GRPO
+step. The daemon calls both from a worker thread: nothing here knows about the
+network or the event loop.
+
+Invariants:
+- Rewards are always computed here, from the locally regenerated item: the reward
+  of a completion is reasoning-gym's ``score_answer`` on its extracted answer, plus
+  ``format_reward_weight`` times the format reward.
+- Prompt token ids come from this node's own tokenizer and chat template, so
+  groups from peers with other models train the same way as local ones.
+- All randomness (sampling, init) flows from ``torch_generator``, whose state is
+  checkpointed, so a resumed node draws what an uninterrupted one would have.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from swarmnode.config import Config
+from swarmnode.generate import merged_lora, sample
+from swarmnode.groups import RolloutGroup
+from swarmnode.grpo import StepStats, TokenizedGroup, group_advantages, grpo_step
+from swarmnode.model import Policy
+from swarmnode.rewards import accuracy_reward, format_reward
+from swarmnode.tasks import TaskMix, build_messages
+
+
+@dataclass
+class RolloutStats:
+    seconds: float
+    tokens: int
+
+
+class Trainer:
+    """Owns the policy, its optimizer and the task mix of one node."""
+
+    def __init__(self, cfg: Config, policy: Policy, tasks: TaskMix | None = None) -> None:
+        self.cfg = cfg
+        self.policy = policy
+        self.tasks = tasks or TaskMix(cfg.tasks)
+        self.optimizer = torch.optim.AdamW(
+            policy.trainable_parameters(),
+            lr=cfg.train.learning_rate,
+            weight_decay=cfg.train.weight_decay,
+        )
+        self.generator = torch.Generator(device=policy.device)
+        self.generator.manual_seed(cfg.train.seed)
+        tok = policy.tokenizer
+        self.pad_id = int(tok.pad_token_id)
+        self.eos_ids = sorted({int(tok.eos_token_id), *self._extra_eos()})
+        self._prompt_cache: dict[str, list[int]] = {}
+
+    def _extra_eos(self) -> list[int]:
+        gen_cfg = getattr(self.policy.model, "generation_config", None)
+        eos = getattr(gen_cfg, "eos_token_id", None)
+        if eos is None:
+            return []
+        return [int(e) for e in (eos if isinstance(eos, list) else [eos])]
+
+    # -- prompts -------------------------------------------------------------
+
+    def prompt_ids(self, question: str) -> list[int]:
+        """Token ids of the chat prompt for ``question`` (bounded memo)."""
+        ids = self._prompt_cache.get(question)
+        if ids is None:
+            messages = build_messages(question, self.cfg.tasks.system_prompt)
+            out = self.policy.tokenizer.apply_chat_template(
+                messages, add_generation_prompt=True, tokenize=True
+            )
+            ids = list(out["input_ids"] if hasattr(out, "keys") else out)
+            if len(self._prompt_cache) >= 4096:
+                self._prompt_cache.clear()
+            self._prompt_cache[question] = ids
+        return ids
+
+    def encode_completion(self, text: str) -> list[int]:
+        """A peer's completion text in this node's tokens, ending with EOS."""
+        ids = self.policy.tokenizer(text, add_special_tokens=False)["input_ids"]
+        return [*ids[: self.cfg.rollout.max_new_tokens * 4], self.eos_ids[0]]
+
+    # -- scoring -------------------------------------------------------------
+
+    def score(self, completions: Sequence[str], entry: dict) -> tuple[list[float], list[float]]:
+        """(rewards used for training, format rewards) for completions of one item."""
+        fmt = [format_reward(c) for c in completions]
+        w = self.cfg.train.format_reward_weight
+        rewards = [accuracy_reward(c, entry) + w * f for c, f in zip(completions, fmt, strict=True)]
+        return rewards, fmt
+
+    # -- one round -----------------------------------------------------------
+
+    def rollout(
+        self, round_index: int, should_stop: Callable[[], bool] = lambda: False
+    ) -> tuple[list[RolloutGroup], RolloutStats]:
+        """Sample this round's items and G completions for each; score them."""
+        r = self.cfg.rollout
+        refs = self.tasks.sample(round_index, r.questions_per_round)
+        entries = [self.tasks.regenerate(ref) for ref in refs]
+        prompts = [self.prompt_ids(e["question"]) for e in entries]
+        t0 = time.perf_counter()
+        self.policy.model.eval()
+        with merged_lora(self.policy.model):
+            samples = sample(
+                self.policy.model,
+                prompts,
+                r.completions_per_question,
+                max_new_tokens=r.max_new_tokens,
+                eos_ids=self.eos_ids,
+                pad_id=self.pad_id,
+                temperature=r.temperature,
+                top_p=r.top_p,
+                generator=self.generator,
+                should_stop=should_stop,
+            )
+        seconds = time.perf_counter() - t0
+        g = r.completions_per_question
+        groups = []
+        decode = self.policy.tokenizer.decode
+        for i, (ref, entry) in enumerate(zip(refs, entries, strict=True)):
+            ids = samples.token_ids[i * g : (i + 1) * g]
+            texts = [decode(c, skip_special_tokens=True) for c in ids]
+            rewards, fmt = self.score(texts, entry)
+            groups.append(
+                RolloutGroup(
+                    ref=ref,
+                    question=entry["question"],
+                    completions=texts,
+                    rewards=rewards,
+                    round=round_index,
+                    model=self.policy.name,
+                    completion_ids=ids,
+                    format_rewards=fmt,
+                )
+            )
+        tokens = sum(len(c) for c in samples.token_ids)
+        return groups, RolloutStats(seconds=seconds, tokens=tokens)
+
+    def update(
+        self, groups: Sequence[RolloutGroup], should_stop: Callable[[], bool] = lambda: False
+    ) -> StepStats:
+        """One GRPO step on ``groups``; groups without signal are skipped."""
+        batch = [
+            TokenizedGroup(
+                prompt_ids=self.prompt_ids(g.question),
+                completion_ids=g.completion_ids
+                or [self.encode_completion(c) for c in g.completions],
+                advantages=group_advantages(g.rewards),
+            )
+            for g in groups
+        ]
+        return grpo_step(
+            self.policy.model,
+            self.optimizer,
+            batch,
+            self.cfg.train,
+            self.pad_id,
+            micro_batch_size=self.cfg.train.micro_batch_size,
+            should_stop=should_stop,
+        )

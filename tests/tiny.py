@@ -1,0 +1,82 @@
+"""Tiny randomly initialised causal LMs with real BPE tokenizers, for fast tests.
+
+``make_tiny_model(folder, arch)`` writes a folder that ``from_pretrained`` loads like
+any hub model: a few-layer model (Llama or Qwen2 architecture) and a byte-level BPE
+tokenizer trained on a small corpus, with a ChatML chat template.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import (
+    LlamaConfig,
+    LlamaForCausalLM,
+    PreTrainedTokenizerFast,
+    Qwen2Config,
+    Qwen2ForCausalLM,
+)
+
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+SPECIALS = ["<|im_start|>", "<|im_end|>", "<|pad|>"]
+
+_CORPUS = [
+    "What is 12 + 7? The answer is <answer>19</answer>.",
+    "Sort the numbers 3, 1, 2 in ascending order. <answer>1, 2, 3</answer>",
+    "How many legs do 2 cats and 1 bird have? <answer>10</answer>",
+    "Solve for x: x + 4 = 9. <answer>5</answer>",
+    "Reply with your final answer inside answer tags, reasoning briefly first.",
+    "0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20 + - * / = ( ) , .",
+    "You are a helpful assistant. Think step by step and give the answer.",
+]
+
+
+def make_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=SPECIALS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tok.train_from_iterator(_CORPUS * 20, trainer=trainer)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token="<|im_end|>", pad_token="<|pad|>", bos_token=None
+    )
+    fast.chat_template = CHAT_TEMPLATE
+    return fast
+
+
+def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0) -> Path:
+    """Write a tiny random model + tokenizer to ``folder`` and return it."""
+    torch.manual_seed(seed)
+    tok = make_tokenizer(vocab_size=400 if arch == "llama" else 360)
+    common = {
+        "vocab_size": len(tok),
+        "hidden_size": 64,
+        "intermediate_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 4,
+        "num_key_value_heads": 2,
+        "max_position_embeddings": 1024,
+        "eos_token_id": tok.eos_token_id,
+        "pad_token_id": tok.pad_token_id,
+        "bos_token_id": None,
+    }
+    if arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True))
+    elif arch == "qwen2":
+        model = Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=False))
+    else:
+        raise ValueError(arch)
+    folder.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(folder)
+    tok.save_pretrained(folder)
+    return folder

@@ -56,6 +56,9 @@ class ModelConfig(_Section):
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="'auto' = bfloat16 on CUDA, float32 on CPU."
     )
+    threads: int | None = Field(
+        None, ge=1, le=1024, description="CPU threads for torch (null = torch's default)."
+    )
     lora: LoraConfig = Field(default_factory=LoraConfig)
     cache_dir: str | None = Field(
         None,

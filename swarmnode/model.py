@@ -162,9 +162,14 @@ def quiet_transformers() -> None:
     warnings.filterwarnings("ignore", category=FutureWarning, module="peft")
 
 
-def load_policy(cfg: ModelConfig) -> Policy:
-    """Load model and tokenizer per config, wrap with LoRA when enabled, move to device."""
+def load_policy(cfg: ModelConfig, seed: int = 0) -> Policy:
+    """Load model and tokenizer per config, wrap with LoRA when enabled, move to device.
+
+    ``seed`` fixes the adapter's random initialisation: equal configs, equal policies.
+    """
     quiet_transformers()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
     device = resolve_device(cfg.device)
     dtype = resolve_dtype(cfg.dtype, device)
     source = resolve_source(cfg)
@@ -177,6 +182,7 @@ def load_policy(cfg: ModelConfig) -> Policy:
     model.to(device)  # type: ignore[arg-type]
     model.config.use_cache = True
     if cfg.lora.enabled:
+        torch.manual_seed(seed)
         from peft import LoraConfig as PeftLoraConfig
         from peft import get_peft_model
 

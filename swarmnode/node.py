@@ -36,7 +36,7 @@ log = logging.getLogger(__name__)
 def build_trainer(cfg: Config) -> Trainer:
     from swarmnode.model import load_policy
 
-    return Trainer(cfg, load_policy(cfg.model))
+    return Trainer(cfg, load_policy(cfg.model, seed=cfg.train.seed))
 
 
 def run_round(trainer: Trainer, round_index: int, stop: threading.Event) -> dict[str, Any]:

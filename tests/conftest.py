@@ -33,7 +33,15 @@ def tiny_config(model_dir: Path, data_dir: Path, **sections: dict[str, Any]) -> 
             "datasets": [
                 {
                     "name": "basic_arithmetic",
-                    "config": {"min_terms": 2, "max_terms": 2, "min_digits": 1, "max_digits": 1},
+                    "config": {
+                        "min_terms": 2,
+                        "max_terms": 2,
+                        "min_digits": 1,
+                        "max_digits": 1,
+                        "operators": ["+"],
+                        "allow_parentheses": False,
+                        "allow_negation": False,
+                    },
                 }
             ]
         },

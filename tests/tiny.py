@@ -54,8 +54,39 @@ def make_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
     return fast
 
 
-def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0) -> Path:
-    """Write a tiny random model + tokenizer to ``folder`` and return it."""
+def warm_up(model: torch.nn.Module, tok: PreTrainedTokenizerFast, steps: int) -> None:
+    """A few SFT steps on chat-formatted arithmetic answered in <answer> tags, so the
+    tiny model emits the answer format and is right by chance now and then: its
+    rollout groups then carry a real reward signal."""
+    import random
+
+    from swarmnode.tasks import build_messages
+
+    rng = random.Random(0)
+    texts = []
+    for _ in range(64):
+        a, b = rng.randint(0, 9), rng.randint(0, 9)
+        guess = a + b if rng.random() < 0.5 else rng.randint(0, 18)
+        messages = [
+            *build_messages(f"Calculate {a} + {b}.", None),
+            {"role": "assistant", "content": f"<answer>{guess}</answer>"},
+        ]
+        texts.append(tok.apply_chat_template(messages, tokenize=False))
+    batch = tok(texts, return_tensors="pt", padding=True)
+    labels = batch.input_ids.masked_fill(batch.attention_mask == 0, -100)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    model.train()
+    for _ in range(steps):
+        loss = model(**batch, labels=labels).loss
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+
+
+def make_tiny_model(
+    folder: Path, arch: str = "llama", seed: int = 0, warm_steps: int = 80
+) -> Path:
+    """Write a tiny model + tokenizer to ``folder`` and return it."""
     torch.manual_seed(seed)
     tok = make_tokenizer(vocab_size=400 if arch == "llama" else 360)
     common = {
@@ -76,6 +107,8 @@ def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0) -> Path:
         model = Qwen2ForCausalLM(Qwen2Config(**common, tie_word_embeddings=False))
     else:
         raise ValueError(arch)
+    tok.padding_side = "right"
+    warm_up(model, tok, warm_steps)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)

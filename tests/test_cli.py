@@ -1,0 +1,91 @@
+"""The CLI end to end, as a user runs it: real subprocesses, tiny model."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import yaml
+
+from swarmnode.checkpoint import Checkpointer
+from swarmnode.metrics import read_metrics
+from tests.conftest import tiny_config, write_config
+from tests.test_checkpoint import ENV, REPO, _start, _wait_rounds
+
+KEYS = {
+    "round",
+    "time",
+    "reward_mean",
+    "accuracy",
+    "groups_trained",
+    "groups_skipped",
+    "gen_seconds",
+    "train_seconds",
+    "tokens_generated",
+}
+
+
+def test_start_three_rounds(tiny_model_dir: Path, tmp_path: Path) -> None:
+    config = write_config(tmp_path / "node.yaml", tiny_config(tiny_model_dir, tmp_path / "x"))
+    data = tmp_path / "data"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "swarmnode.cli",
+            "start",
+            "--config",
+            str(config),
+            "--max-rounds",
+            "3",
+            "--data-dir",
+            str(data),
+        ],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    records = read_metrics(data / "metrics.jsonl")
+    assert [r["round"] for r in records] == [1, 2, 3]
+    assert all(r.keys() >= KEYS for r in records)
+    assert proc.stdout.count("round ") == 3  # one progress line per round
+    resolved = yaml.safe_load((data / "config.resolved.yaml").read_text())
+    assert resolved["node"]["data_dir"] == str(data) and resolved["train"]["clip_high"] == 0.28
+    assert not (tmp_path / "x").exists()
+
+
+def test_sigterm_saves_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = tiny_config(tiny_model_dir, tmp_path / "d", checkpoint={"every_rounds": 1000})
+    proc = _start(write_config(tmp_path / "n.yaml", cfg))
+    _wait_rounds(tmp_path / "d" / "metrics.jsonl", 2, proc, timeout=300)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=120) == 0
+    done = max(r["round"] for r in read_metrics(tmp_path / "d" / "metrics.jsonl"))
+    ckpts = Checkpointer(tmp_path / "d" / "checkpoints").checkpoints()
+    assert ckpts and ckpts[0][0] == done  # the last finished round was saved at shutdown
+
+
+def test_help_imports_nothing_heavy() -> None:
+    code = (
+        "import sys, swarmnode.cli; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in "
+        "('torch', 'transformers', 'peft', 'libp2p', 'trio')))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stderr
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarmnode.cli", "--help"],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert proc.returncode == 0 and "start" in proc.stdout

@@ -1,0 +1,76 @@
+"""Every kind of bad config: one line naming the field, exit code 2, no traceback."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from swarmnode.config import ConfigError, load_config, parse_config
+
+REPO = Path(__file__).resolve().parents[1]
+
+BAD = [
+    ("missing file", None, "config file not found"),
+    ("not yaml", "model: [unclosed\n", "not valid YAML"),
+    ("not a mapping", "- a\n- b\n", "top level must be a mapping"),
+    ("unknown key", "rollout:\n  temprature: 0.7\n", "rollout.temprature: unknown key"),
+    ("wrong type", "rollout:\n  max_new_tokens: lots\n", "rollout.max_new_tokens:"),
+    ("out of range", "train:\n  learning_rate: -1\n", "train.learning_rate:"),
+    ("bad enum", "model:\n  device: tpu\n", "model.device:"),
+    ("empty mix", "tasks:\n  datasets: []\n", "tasks.datasets:"),
+    (
+        "impossible clip",
+        "train:\n  clip_low: 0.3\n  clip_high: 0.2\n",
+        "train.clip_high: must be >= clip_low",
+    ),
+    (
+        "kl without lora",
+        "train:\n  kl_coef: 0.1\nmodel:\n  lora:\n    enabled: false\n",
+        "train.kl_coef: a KL term needs model.lora.enabled",
+    ),
+    ("bad swarm name", "swarm:\n  name: 'has space'\n", "swarm.name:"),
+]
+
+
+@pytest.mark.parametrize(("kind", "text", "expect"), BAD, ids=[b[0] for b in BAD])
+def test_bad_config_one_line(tmp_path: Path, kind: str, text: str | None, expect: str) -> None:
+    path = tmp_path / "node.yaml"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(ConfigError) as err:
+        load_config(path)
+    assert expect in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(("kind", "text", "expect"), BAD[:5] + BAD[8:10], ids=lambda x: str(x)[:20])
+def test_cli_exit_code_2(tmp_path: Path, kind: str, text: str | None, expect: str) -> None:
+    path = tmp_path / "node.yaml"
+    if text is not None:
+        path.write_text(text)
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO,
+    )
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and expect in lines[0] and "Traceback" not in proc.stderr
+
+
+def test_shipped_configs_are_valid() -> None:
+    for path in sorted((REPO / "configs").glob("*.yaml")):
+        load_config(path)
+
+
+def test_defaults_and_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "node.yaml"
+    path.write_text("rollout:\n  temperature: 0.7\n")
+    cfg = load_config(path, {"node.max_rounds": 3, "node.data_dir": "/x"})
+    assert cfg.rollout.temperature == 0.7 and cfg.node.max_rounds == 3
+    assert cfg.node.data_dir == "/x" and cfg.train.clip_high == 0.28
+    assert parse_config({}).model.lora.enabled

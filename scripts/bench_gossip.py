@@ -100,12 +100,12 @@ async def worker(args: argparse.Namespace) -> None:
             arrivals.setdefault(r.peer_id, []).append((b.round, lat))
         await asyncio.sleep(0.01)
     st = t.stats()
-    await t.stop()
     print("RESULT " + json.dumps({
         "peer_id": st["peer_id"], "sent": sent, "sizes": sizes, "arrivals": arrivals,
         "peers": st["num_peers"], "mesh": st["mesh_size"], "rejected": st["rejected"],
-        "inbox_dropped": st["inbox_dropped"],
+        "inbox_dropped": st["inbox_dropped"], "counters": st["counters"],
     }), flush=True)
+    await t.stop()
 
 
 async def coordinator(args: argparse.Namespace) -> None:

@@ -99,8 +99,10 @@ def test_three_nodes_via_bootstrap_then_without_it(tmp_path: Path) -> None:
                     await n.publish(batch(round_))
                 await wait_for(
                     lambda: all(
-                        c.has(ids[j], round_) for i, c in enumerate(cols)
-                        for j in range(3) if j != i
+                        c.has(ids[j], round_)
+                        for i, c in enumerate(cols)
+                        for j in range(3)
+                        if j != i
                     ),
                     f"every node to get both peers' round {round_}",
                 )
@@ -108,13 +110,16 @@ def test_three_nodes_via_bootstrap_then_without_it(tmp_path: Path) -> None:
             await exchange(1)
             # Nodes learn each other (DHT via the bootstrap) and connect directly...
             await wait_for(
-                lambda: all(set(ids) - {n.peer_id} <= set(n.stats()["connected_peers"])
-                            for n in nodes),
+                lambda: all(
+                    set(ids) - {n.peer_id} <= set(n.stats()["connected_peers"]) for n in nodes
+                ),
                 "direct connections between the non-bootstrap nodes",
             )
             await boot.stop()  # ...so losing the bootstrap does not split the swarm.
-            await wait_for(lambda: all(boot.peer_id not in n.stats()["connected_peers"]
-                                       for n in nodes), "bootstrap gone")
+            await wait_for(
+                lambda: all(boot.peer_id not in n.stats()["connected_peers"] for n in nodes),
+                "bootstrap gone",
+            )
             await exchange(2)
             st = nodes[0].stats()
             assert st["msgs_out"] == 2 and st["msgs_in"] >= 4
@@ -153,9 +158,7 @@ def test_wrong_psk_can_neither_connect_nor_receive(tmp_path: Path) -> None:
         await hub.start()
         addr = hub.info.listen_addrs[0]  # type: ignore[union-attr]
         friend = GossipTransport(swarm_cfg(psk_file=str(key_a), bootstrap=[addr]), tmp_path / "f")
-        outsider = GossipTransport(
-            swarm_cfg(psk_file=str(key_b), bootstrap=[addr]), tmp_path / "o"
-        )
+        outsider = GossipTransport(swarm_cfg(psk_file=str(key_b), bootstrap=[addr]), tmp_path / "o")
         try:
             await friend.start()
             await outsider.start()
@@ -178,9 +181,15 @@ def test_wrong_psk_can_neither_connect_nor_receive(tmp_path: Path) -> None:
     run(main())
 
 
-def raw_peer(target_addr: str, sends: list[tuple[bytes, bool]], done: Callable[[], bool]) -> None:
+def raw_peer(
+    target_addr: str,
+    sends: list[tuple[bytes, bool]],
+    done: Callable[[], bool],
+    garbage_frame: bytes | None = None,
+) -> None:
     """A plain py-libp2p gossipsub peer (no swarmnode checks) that publishes ``sends``
-    (payload, signed?) on the swarm topic, then stays until ``done()`` or a timeout."""
+    (payload, signed?) on the swarm topic, optionally writes one undecodable RPC
+    frame on a fresh meshsub stream, then stays until ``done()`` or a timeout."""
     topic = topic_for("default")
 
     async def main() -> None:
@@ -203,6 +212,9 @@ def raw_peer(target_addr: str, sends: list[tuple[bytes, bool]], done: Callable[[
                 pubsub.strict_signing = signed  # False = publish without a signature
                 await pubsub.publish(topic, payload)
                 pubsub.strict_signing = True
+            if garbage_frame is not None:
+                stream = await host.new_stream(info.peer_id, [GOSSIP_PROTOCOLS[1]])
+                await stream.write(bytes([len(garbage_frame)]) + garbage_frame)
             with trio.move_on_after(TIMEOUT):
                 while not done():
                     await trio.sleep(0.05)
@@ -227,20 +239,20 @@ def test_hostile_messages_rejected_counted_and_node_keeps_working(tmp_path: Path
     async def main() -> None:
         node = GossipTransport(swarm_cfg(), tmp_path / "node")
         await node.start()
-        other = GossipTransport(
-            swarm_cfg(bootstrap=[node.info.listen_addrs[0]]),  # type: ignore[union-attr]
-            tmp_path / "other",
-        )
+        addr = node.info.listen_addrs[0]  # type: ignore[union-attr]
+        other = GossipTransport(swarm_cfg(bootstrap=[addr]), tmp_path / "other")
         await other.start()
         col = Collector(node)
         try:
-            addr = node.info.listen_addrs[0]  # type: ignore[union-attr]
             finished = threading.Event()
+            # The last act: a truncated protobuf RPC frame straight on a meshsub stream.
+            bad_rpc = b"\x0a\x05ab"
             sender = threading.Thread(
-                target=raw_peer, args=(addr, sends, finished.is_set), daemon=True
+                target=raw_peer, args=(addr, sends, finished.is_set, bad_rpc), daemon=True
             )
             sender.start()
-            want = {"msgpack": 1, "version": 1, "too_large": 1, "wrong_swarm": 1, "signature": 1}
+            want = {"msgpack": 1, "version": 1, "too_large": 1, "wrong_swarm": 1, "signature": 1,
+                    "rpc_decode": 1}
             await wait_for(
                 lambda: all(node.stats()["rejected"].get(k, 0) >= v for k, v in want.items()),
                 "every hostile message counted by reason",
@@ -276,13 +288,15 @@ def test_blocked_loop_and_busy_thread_do_not_delay_delivery(tmp_path: Path) -> N
         a = GossipTransport(swarm_cfg(), tmp_path / "a")
         await a.start()
         b = GossipTransport(
-            swarm_cfg(bootstrap=[a.info.listen_addrs[0]]), tmp_path / "b"  # type: ignore[union-attr]
+            swarm_cfg(bootstrap=[a.info.listen_addrs[0]]),
+            tmp_path / "b",  # type: ignore[union-attr]
         )
         await b.start()
         col = Collector(b)
         try:
-            await wait_for(lambda: a.stats()["mesh_size"] >= 1 and b.stats()["mesh_size"] >= 1,
-                           "mesh")
+            await wait_for(
+                lambda: a.stats()["mesh_size"] >= 1 and b.stats()["mesh_size"] >= 1, "mesh"
+            )
             # 1. The asyncio loop itself is blocked (a synchronous "training step").
             await a.publish(batch(1))
             time.sleep(block_s)  # deliberately blocks this event loop

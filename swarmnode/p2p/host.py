@@ -12,6 +12,8 @@ Invariants:
   (``rejected.signature``) and dropped before anything else looks at them.
 - The topic validator runs ``decode_batch`` on every message before gossipsub
   delivers or forwards it; rejects are counted as ``rejected.<reason>``.
+- A peer sending an undecodable RPC frame loses its stream, not our host
+  (``HardenedPubsub``; py-libp2p 0.8.1 would crash the whole node).
 - Every dial and every wait has a timeout; an unreachable bootstrap node is retried
   with capped exponential backoff forever and never stalls anything else.
 - Peers are learned from the DHT (lookups through whoever we are connected to),
@@ -31,6 +33,7 @@ from typing import Any
 
 import multiaddr
 import trio
+from google.protobuf.message import DecodeError
 from libp2p import new_host
 from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
@@ -64,16 +67,34 @@ def topic_for(swarm_name: str) -> str:
     return f"/swarmnode/{swarm_name}/rollouts/1"
 
 
-class SignatureCountingPubsub(Pubsub):
-    """Pubsub that counts messages whose signature fails before dropping them.
+class HardenedPubsub(Pubsub):
+    """py-libp2p Pubsub with two holes closed.
 
-    py-libp2p's strict signing drops such messages silently; we check first (the
-    same verifier) so operators see them as ``rejected.signature``.
+    - An undecodable RPC frame (protobuf ``DecodeError``) escapes py-libp2p 0.8.1's
+      stream handler, tears down the connection's nursery and takes the whole host
+      down with it: one malicious peer could kill any node. Here it resets that
+      stream only, drops the peer from pubsub, and counts ``rejected.rpc_decode``.
+    - Strict signing drops unsigned or badly signed messages silently; we check
+      first (the same verifier) so operators see them as ``rejected.signature``.
     """
 
     def __init__(self, *args: Any, counters: Counters, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._counters = counters
+
+    async def stream_handler(self, stream: Any) -> None:
+        peer_id = stream.muxed_conn.peer_id
+        try:
+            await super().stream_handler(stream)
+        except DecodeError:
+            self._counters.add("rejected.rpc_decode")
+            log.info("peer %s sent an undecodable pubsub RPC; closing its stream", peer_id)
+            with trio.move_on_after(1.0):
+                try:
+                    await stream.reset()
+                except Exception as err:  # the stream may already be broken; noted only
+                    log.debug("reset after a bad RPC failed: %r", err)
+            self._handle_dead_peer(peer_id)
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         if msg_forwarder != self.my_id and not self._signature_ok(msg):
@@ -139,7 +160,7 @@ class P2PHost:
 
     # ---- lifecycle ------------------------------------------------------------
 
-    def _build(self) -> tuple[Any, SignatureCountingPubsub, GossipSub]:
+    def _build(self) -> tuple[Any, HardenedPubsub, GossipSub]:
         cfg = self.cfg
         noise = NoiseTransport(self.key_pair, noise_privkey=new_x25519_key_pair().private_key)
         host = new_host(
@@ -162,7 +183,7 @@ class P2PHost:
             do_px=True,
             max_messages_per_topic_per_second=cfg.max_msgs_per_s_per_peer,
         )
-        pubsub = SignatureCountingPubsub(
+        pubsub = HardenedPubsub(
             host,
             gossipsub,
             strict_signing=True,
@@ -201,9 +222,23 @@ class P2PHost:
                     # From here the graceful close has shutdown_timeout_s, then it is cut.
                     outer.deadline = trio.current_time() + self.cfg.shutdown_timeout_s
                     nursery.cancel_scope.cancel()
+                # Close connections while pubsub still runs: py-libp2p's pubsub spawns a
+                # task per incoming message and crashes the swarm ("Nursery is closed")
+                # if one arrives after the pubsub service has stopped.
+                await self._disconnect_all()
         if outer.cancelled_caught:
             self.counters.add("shutdown_timeout")
             log.warning("libp2p shutdown took over %.1fs; cut short", self.cfg.shutdown_timeout_s)
+
+    async def _disconnect_all(self) -> None:
+        with trio.move_on_after(self.cfg.shutdown_timeout_s / 2):
+            for peer in list(self.host.get_connected_peers()):
+                try:
+                    await self.host.disconnect(peer)
+                # closing an already-broken connection raises transport-specific errors
+                except Exception as err:
+                    self.counters.add("disconnect_failed")
+                    log.debug("disconnect %s at shutdown: %r", peer, err)
 
     def listen_addrs(self) -> list[str]:
         """Our dialable addresses, each with /p2p/<id> appended."""

@@ -1,0 +1,177 @@
+"""Tasks: a weighted mix of reasoning-gym datasets, and exact regeneration of items.
+
+An item is named by an ``ItemRef`` (dataset, config, seed, index). Its ``config`` is
+the dataset's keyword arguments *including* ``"size"`` (the dataset spec's size),
+and never ``"seed"`` (that is ``ref.seed``). So the item is exactly::
+
+    reasoning_gym.create_dataset(ref.dataset, seed=ref.seed, **ref.config)[ref.index]
+
+Size is part of the identity because a few datasets (e.g. ``acre``) draw different
+items for the same index when the size differs.
+
+Invariants:
+- ``TaskMix.sample`` is a pure function of (tasks.seed, round index, n): a resumed
+  node continues with the same items and there is no sampler state to checkpoint.
+- Ref configs are JSON-normal (lists, not tuples): what a peer receives over the
+  wire regenerates the item the sender saw.
+- ``regenerate`` raises ``TaskError`` and nothing else, whatever the ref holds
+  (unknown dataset, bad config keys or values, out-of-range index, huge sizes).
+- Dataset objects are cached in a bounded LRU (``CACHE_SIZE`` entries).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from functools import lru_cache
+from typing import Any
+
+from swarmnode.config import TasksConfig
+from swarmnode.groups import ItemRef
+
+MAX_SIZE = 10_000_000  # same bound as DatasetSpec.size
+MAX_SEED = 2**32  # reasoning-gym seeds are 32-bit in practice
+MAX_CONFIG_CHARS = 4096  # a ref's config as JSON; anything longer is refused
+CACHE_SIZE = 64
+
+DEFAULT_SYSTEM_PROMPT = "Answer with <answer>X</answer>."
+
+
+class TaskError(Exception):
+    """An item that cannot be produced: bad ref, unknown dataset or invalid config."""
+
+
+def _dataset_names() -> frozenset[str]:
+    import reasoning_gym
+
+    return frozenset(reasoning_gym.factory.DATASETS)
+
+
+def ref_config(config: dict[str, Any], size: int) -> dict[str, Any]:
+    """The config an ``ItemRef`` carries: the dataset kwargs plus ``size``, JSON-normal.
+
+    >>> ref_config({"operators": ("+", "-")}, 100)
+    {'operators': ['+', '-'], 'size': 100}
+    """
+    if "seed" in config or "size" in config:
+        raise TaskError("dataset config must not set 'seed' or 'size' (use tasks.seed, size)")
+    try:
+        normal = json.loads(json.dumps({**config, "size": size}, sort_keys=True))
+    except (TypeError, ValueError) as err:
+        raise TaskError(f"dataset config is not JSON-serialisable: {err}") from None
+    assert isinstance(normal, dict)
+    return normal
+
+
+def _check_ref(ref: object) -> tuple[str, str, int, int]:
+    """Validate a ref's fields; return (dataset, canonical config JSON, seed, index)."""
+    if not isinstance(ref, ItemRef):
+        raise TaskError(f"not an ItemRef: {type(ref).__name__}")
+    name, config, seed, index = ref.dataset, ref.config, ref.seed, ref.index
+    if not isinstance(name, str) or name not in _dataset_names():
+        raise TaskError(f"unknown reasoning-gym dataset {str(name)[:64]!r}")
+    if not isinstance(config, dict) or not all(isinstance(k, str) for k in config):
+        raise TaskError(f"{name}: config must be a mapping with string keys")
+    try:
+        text = json.dumps(config, sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError):
+        raise TaskError(f"{name}: config is not plain JSON") from None
+    if len(text) > MAX_CONFIG_CHARS:
+        raise TaskError(f"{name}: config longer than {MAX_CONFIG_CHARS} characters")
+    if "seed" in config:
+        raise TaskError(f"{name}: config must not hold 'seed' (it is the ref's seed)")
+    size = config.get("size")
+    if type(size) is not int or not 1 <= size <= MAX_SIZE:
+        raise TaskError(f"{name}: config.size must be an integer in [1, {MAX_SIZE}]")
+    if type(seed) is not int or not 0 <= seed < MAX_SEED:
+        raise TaskError(f"{name}: seed must be an integer in [0, 2**32)")
+    if type(index) is not int or not 0 <= index < size:
+        raise TaskError(f"{name}: index {index!r} outside [0, {size})")
+    return name, text, seed, index
+
+
+@lru_cache(maxsize=CACHE_SIZE)
+def _dataset(name: str, config_json: str, seed: int) -> Any:
+    """Build (once per LRU slot) the dataset object; raises TaskError."""
+    import reasoning_gym
+
+    kwargs = json.loads(config_json)
+    try:
+        return reasoning_gym.create_dataset(name, seed=seed, **kwargs)
+    except Exception as err:  # TypeError (bad key), AssertionError/ValueError (bad value), ...
+        raise TaskError(f"{name}: invalid config: {type(err).__name__}: {err}"[:300]) from None
+
+
+def regenerate(ref: ItemRef) -> dict[str, Any]:
+    """The reasoning-gym entry (question, answer, metadata) that ``ref`` names.
+
+    Raises ``TaskError`` (and only that) when the ref cannot name an item.
+    """
+    name, config_json, seed, index = _check_ref(ref)
+    dataset = _dataset(name, config_json, seed)
+    try:
+        entry = dataset[index]
+    except Exception as err:  # a generator bug on this index: the item does not exist
+        raise TaskError(
+            f"{name}[{index}]: generation failed: {type(err).__name__}: {err}"[:300]
+        ) from None
+    if not isinstance(entry, dict) or not isinstance(entry.get("question"), str):
+        raise TaskError(f"{name}[{index}]: generator returned no question")
+    return entry
+
+
+def build_messages(question: str, system_prompt: str | None = None) -> list[dict[str, str]]:
+    """Chat messages for one question; ``None`` uses ``DEFAULT_SYSTEM_PROMPT``."""
+    system = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    return [
+        {"role": "system", "content": system},
+        {"role": "user", "content": question},
+    ]
+
+
+class TaskMix:
+    """The weighted dataset mix of one node (``TasksConfig``)."""
+
+    def __init__(self, cfg: TasksConfig) -> None:
+        self.seed = cfg.seed
+        self.system_prompt = cfg.system_prompt
+        self.datasets = [d.name for d in cfg.datasets]
+        self.configs = [ref_config(d.config, d.size) for d in cfg.datasets]
+        self.weights = [d.weight for d in cfg.datasets]
+        # Build each dataset now: a bad name or config fails at start, not mid-run.
+        for name, config in zip(self.datasets, self.configs, strict=True):
+            regenerate(ItemRef(name, config, self.seed, 0))
+
+    def sample(self, round_index: int, n: int) -> list[ItemRef]:
+        """``n`` item refs for a round; the same (seed, round_index, n) gives the same refs.
+
+        Refs within a round are distinct whenever the mix holds enough items.
+        """
+        rng = random.Random(f"swarmnode:{self.seed}:{round_index}")
+        refs: list[ItemRef] = []
+        seen: set[str] = set()
+        for _ in range(max(0, n)):
+            for _attempt in range(20):  # a tiny mix may run out of distinct items
+                k = rng.choices(range(len(self.datasets)), weights=self.weights)[0]
+                index = rng.randrange(self.configs[k]["size"])
+                ref = ItemRef(self.datasets[k], self.configs[k], self.seed, index)
+                if ref.key not in seen:
+                    break
+            seen.add(ref.key)
+            refs.append(ref)
+        return refs
+
+    def knows(self, ref: ItemRef) -> bool:
+        """True when ``ref`` names an item of this mix (same dataset and config; any seed)."""
+        return any(
+            ref.dataset == name and ref.config == config
+            for name, config in zip(self.datasets, self.configs, strict=True)
+        )
+
+    def regenerate(self, ref: ItemRef) -> dict[str, Any]:
+        """See module-level ``regenerate``."""
+        return regenerate(ref)
+
+    def messages(self, question: str) -> list[dict[str, str]]:
+        """Chat messages with this mix's system prompt (or the default)."""
+        return build_messages(question, self.system_prompt)

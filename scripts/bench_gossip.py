@@ -59,9 +59,10 @@ def make_batch(node: int, round_: int, groups: int, completions: int, chars: int
     return encode_batch("bench", round_, gs)
 
 
-def swarm_cfg(bootstrap: list[str]) -> SwarmConfig:
+def swarm_cfg(bootstrap: list[str], degree: int = 6) -> SwarmConfig:
     return SwarmConfig(
         enabled=True,
+        mesh_degree=degree,
         name="bench",
         listen=["/ip4/127.0.0.1/tcp/0"],
         bootstrap=bootstrap,
@@ -72,7 +73,7 @@ def swarm_cfg(bootstrap: list[str]) -> SwarmConfig:
 
 async def worker(args: argparse.Namespace) -> None:
     groups, completions, chars = PRESETS[args.preset]
-    t = GossipTransport(swarm_cfg([args.boot]), Path(args.data_dir))
+    t = GossipTransport(swarm_cfg([args.boot], args.degree), Path(args.data_dir))
     await t.start()
     deadline = time.monotonic() + 60
     while t.stats()["mesh_size"] < 1 and time.monotonic() < deadline:
@@ -110,13 +111,14 @@ async def worker(args: argparse.Namespace) -> None:
 
 async def coordinator(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_gossip_"))
-    boot = GossipTransport(swarm_cfg([]), tmp / "boot")
+    boot = GossipTransport(swarm_cfg([], args.degree), tmp / "boot")
     await boot.start()
     addr = boot.stats()["listen_addrs"][0]
     procs = [
         subprocess.Popen(
             [sys.executable, __file__, "--worker", str(i), "--boot", addr, "--data-dir",
-             str(tmp / f"n{i}"), "--seconds", str(args.seconds), "--preset", args.preset],
+             str(tmp / f"n{i}"), "--seconds", str(args.seconds), "--preset", args.preset,
+             "--degree", str(args.degree)],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
@@ -184,7 +186,7 @@ def report(args: argparse.Namespace, results: list[dict[str, Any]], boot: dict[s
     print(f"bootstrap: peers={boot['num_peers']} mesh={boot['mesh_size']} "
           f"counters={boot['counters']}")
     print(
-        f"nodes={args.nodes} seconds={args.seconds} preset={args.preset} "
+        f"nodes={args.nodes} seconds={args.seconds} preset={args.preset} degree={args.degree} "
         f"msgs_sent={sum(sent.values())} expected={expected} delivered={delivered} "
         f"delivery={delivered / expected if expected else float('nan'):.4f} "
         f"p50_ms={pct(0.50):.1f} p99_ms={pct(0.99):.1f} max_ms={1000 * max(lats, default=0):.1f} "
@@ -198,6 +200,7 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    ap.add_argument("--degree", type=int, default=6, help="gossipsub mesh degree D")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--boot", help=argparse.SUPPRESS)
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)

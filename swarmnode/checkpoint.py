@@ -26,7 +26,7 @@ import re
 import shutil
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from safetensors.torch import load_file, load_model, save_model
@@ -88,7 +88,7 @@ class Checkpointer:
         tmp.mkdir()
         try:
             if hasattr(model, "peft_config"):
-                model.save_pretrained(tmp / "adapter")
+                cast(Any, model).save_pretrained(tmp / "adapter")
             else:
                 save_model(model, str(tmp / "model.safetensors"))
             torch.save(optimizer.state_dict(), tmp / "optimizer.pt")

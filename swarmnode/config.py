@@ -31,7 +31,7 @@ class _Section(BaseModel):
 class LoraConfig(_Section):
     enabled: bool = Field(True, description="Train a LoRA adapter; false = full fine-tuning.")
     rank: int = Field(16, ge=1, le=1024, description="LoRA rank r.")
-    alpha: float = Field(32.0, gt=0, description="LoRA scaling alpha (scale = alpha / rank).")
+    alpha: int = Field(32, ge=1, description="LoRA scaling alpha (scale = alpha / rank).")
     dropout: float = Field(0.0, ge=0, lt=1, description="Dropout on the LoRA path.")
     target_modules: str | list[str] = Field(
         "all-linear",
@@ -83,9 +83,7 @@ class TasksConfig(_Section):
         min_length=1,
         description="Weighted mix of reasoning-gym datasets this node trains on.",
     )
-    seed: int = Field(
-        0, ge=0, lt=2**31, description="Dataset seed for this node's training items."
-    )
+    seed: int = Field(0, ge=0, lt=2**31, description="Dataset seed for this node's training items.")
     system_prompt: str | None = Field(
         None, description="Override the default system prompt that fixes the answer format."
     )
@@ -120,7 +118,8 @@ class TrainConfig(_Section):
     micro_batch_size: int | None = Field(
         None,
         ge=1,
-        description="Completions per forward/backward pass (null = a whole group; lower = less memory).",
+        description="Completions per forward/backward pass (null = a whole group; "
+        "lower = less memory).",
     )
     format_reward_weight: float = Field(
         0.0, ge=0, le=1, description="Weight of the format reward added to the task reward."

@@ -20,7 +20,7 @@ import inspect
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
+from typing import Any, cast
 
 import torch
 from transformers import DynamicCache, PreTrainedModel
@@ -38,16 +38,20 @@ class Samples:
     logprobs: list[list[float]]  # sampling log-probabilities at temperature 1 scale
 
 
-@cache
-def _cache_kw(cls: type) -> str:
-    params = inspect.signature(cls.forward).parameters
-    return "cache" if "cache" in params else "past_key_values"  # renamed in transformers 5.x
+_CACHE_KW: dict[type, str] = {}
+
+
+def _cache_kw(cls: type[torch.nn.Module]) -> str:
+    if cls not in _CACHE_KW:  # the kwarg was renamed in transformers 5.x
+        params = inspect.signature(cls.forward).parameters
+        _CACHE_KW[cls] = "cache" if "cache" in params else "past_key_values"
+    return _CACHE_KW[cls]
 
 
 def with_cache(model: torch.nn.Module, cache: DynamicCache) -> dict[str, DynamicCache]:
     """The forward kwarg that passes a KV cache, under this transformers' name for it."""
     get_base = getattr(model, "get_base_model", None)
-    base = get_base() if callable(get_base) else model
+    base: torch.nn.Module = get_base() if callable(get_base) else model
     return {_cache_kw(type(base)): cache}
 
 
@@ -59,23 +63,24 @@ def merged_lora(model: torch.nn.Module) -> Iterator[None]:
         return
     from peft.tuners.lora import LoraLayer
 
-    saved: list[tuple[torch.nn.Module, torch.nn.Parameter]] = []
+    saved: list[tuple[Any, torch.nn.Parameter]] = []
     with torch.no_grad():
         for module in model.modules():
             if not isinstance(module, LoraLayer) or not hasattr(module, "base_layer"):
                 continue
-            base = module.base_layer
+            layer: Any = module
+            base = layer.base_layer
             delta = sum(
-                module.get_delta_weight(name)
-                for name in module.active_adapters
-                if name in module.lora_A
+                layer.get_delta_weight(name)
+                for name in layer.active_adapters
+                if name in layer.lora_A
             )
             if not isinstance(delta, torch.Tensor):
                 continue
             saved.append((base, base.weight))
             base.weight = torch.nn.Parameter(base.weight + delta.to(base.weight.dtype), False)
     try:
-        with model.disable_adapter():  # type: ignore[operator]
+        with cast(Any, model).disable_adapter():
             yield
     finally:
         for base, weight in saved:

@@ -139,7 +139,7 @@ def grpo_step(
                 kl_sum += float((kl * mask).sum())
             m = mask.to(per_token.dtype)
             loss = (per_token * m).sum() / total_tokens
-            loss.backward()  # type: ignore[no-untyped-call]
+            loss.backward()
             loss_sum += float(loss.detach())
             clipped += float((((ratio - 1).abs() > cfg.clip_low).to(m.dtype) * m).sum())
     params = [p for p in model.parameters() if p.requires_grad]

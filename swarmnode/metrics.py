@@ -54,7 +54,7 @@ class MetricsLog:
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """All records of a metrics file (a torn last line is ignored)."""
-    out = []
+    out: list[dict[str, Any]] = []
     if not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():

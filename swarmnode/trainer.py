@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -71,7 +72,7 @@ class Trainer:
         ids = self._prompt_cache.get(question)
         if ids is None:
             messages = build_messages(question, self.cfg.tasks.system_prompt)
-            out = self.policy.tokenizer.apply_chat_template(
+            out: Any = self.policy.tokenizer.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=True
             )
             ids = list(out["input_ids"] if hasattr(out, "keys") else out)
@@ -125,7 +126,7 @@ class Trainer:
         decode = self.policy.tokenizer.decode
         for i, (ref, entry) in enumerate(zip(refs, entries, strict=True)):
             ids = samples.token_ids[i * g : (i + 1) * g]
-            texts = [decode(c, skip_special_tokens=True) for c in ids]
+            texts = [str(decode(c, skip_special_tokens=True)) for c in ids]
             rewards, fmt = self.score(texts, entry)
             groups.append(
                 RolloutGroup(

@@ -24,7 +24,7 @@ from multiaddr import Multiaddr
 from swarmnode.config import SwarmConfig
 from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.p2p import wire
-from swarmnode.p2p.host import GOSSIP_PROTOCOLS, topic_for
+from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
 from swarmnode.p2p.identity import create_psk
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.p2p.wire import decode_batch, encode_batch

@@ -1,6 +1,7 @@
 """Networking: libp2p gossip of rollout batches between swarmnode peers.
 
-Modules: ``identity`` (keys on disk), ``wire`` (the message schema), ``bridge``
+Modules: ``identity`` (keys on disk), ``wire`` (the message schema), ``gossip``
+(topic, protocol ids, hardened pubsub), ``bridge``
 (bounded asyncio <-> trio hand-off), ``host`` (the trio-side libp2p node),
 ``transport`` (``GossipTransport``, the asyncio API), ``control`` (local status
 endpoint and CLI helpers), ``standalone`` (the routing-only bootstrap role).

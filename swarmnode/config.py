@@ -218,6 +218,44 @@ class SwarmConfig(_Section):
         return self
 
 
+class SapoConfig(_Section):
+    """How a node mixes its own rollout groups with its peers' (see ingest, sampler)."""
+
+    local_groups: int | None = Field(
+        None,
+        ge=0,
+        description="I: local groups per update (null = every group of the round).",
+    )
+    external_groups: int = Field(
+        0, ge=0, le=1024, description="J: external groups per update (0 = no sharing)."
+    )
+    mode: Literal["uniform", "adaptive"] = Field(
+        "uniform",
+        description="'uniform' = the paper's sampler; 'adaptive' moves the I/J balance and "
+        "ranks external groups by signal, age and the sender's record.",
+    )
+    publish: bool = Field(True, description="Publish this node's groups to the swarm.")
+    freshness_s: float = Field(
+        900.0, gt=0, description="External groups older than this are dropped, seconds."
+    )
+    max_clock_skew_s: float = Field(
+        120.0, ge=0, description="Groups stamped further in the future are refused, seconds."
+    )
+    queue_groups: int = Field(
+        512, ge=1, le=1_000_000, description="Ingestion queue bound, in groups."
+    )
+    queue_bytes: int = Field(
+        64 << 20, ge=1 << 16, description="Ingestion queue bound, in bytes of text."
+    )
+    max_peer_share: float = Field(
+        0.25, gt=0, le=1, description="Largest share of the queue one peer may hold."
+    )
+    extra_catalog: list[DatasetSpec] = Field(
+        default_factory=list,
+        description="Datasets (with exact configs) accepted from peers besides tasks.datasets.",
+    )
+
+
 class NodeConfig(_Section):
     name: str = Field("node", min_length=1, description="Human name, shown in logs.")
     data_dir: str = Field(
@@ -237,6 +275,7 @@ class Config(_Section):
     train: TrainConfig = Field(default_factory=TrainConfig)
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)
+    sapo: SapoConfig = Field(default_factory=SapoConfig)
 
     @model_validator(mode="after")
     def _cross(self) -> Config:
@@ -244,6 +283,12 @@ class Config(_Section):
             raise ValueError(
                 "train.kl_coef: a KL term needs model.lora.enabled (the frozen base is the "
                 "adapter-disabled model; full fine-tuning keeps no reference copy)"
+            )
+        local = self.sapo.local_groups
+        if local is not None and local > self.rollout.questions_per_round:
+            raise ValueError(
+                "sapo.local_groups: cannot exceed rollout.questions_per_round "
+                "(a node trains on at most the groups it generated)"
             )
         if self.model.device == "cpu" and self.model.dtype == "float16":
             raise ValueError("model.dtype: float16 is not supported for training on CPU")

@@ -32,10 +32,14 @@ class ItemRef:
     index: int
 
     @property
+    def config_key(self) -> str:
+        """Canonical JSON of the config: equal configs, equal text."""
+        return json.dumps(self.config, sort_keys=True, separators=(",", ":"))
+
+    @property
     def key(self) -> str:
         """Canonical text form; equal items have equal keys."""
-        cfg = json.dumps(self.config, sort_keys=True, separators=(",", ":"))
-        return f"{self.dataset}|{cfg}|{self.seed}|{self.index}"
+        return json.dumps([self.dataset, self.config_key, self.seed, self.index])
 
     def __hash__(self) -> int:
         return hash(self.key)

@@ -1,0 +1,263 @@
+"""The ingestion queue: what peers share, verified, re-scored, bounded and fair.
+
+A peer's group is kept only if this node can check it: the item is regenerated from
+its reference with the local reasoning-gym, the question must match, and every
+completion is re-scored against the locally regenerated answer. The sender's
+rewards are never used (a mismatch is only counted).
+
+Invariants:
+- Bounded in groups (``queue_groups``) and bytes of text (``queue_bytes``); when full,
+  the oldest group leaves first. No peer holds more than ``max_peer_share`` of the
+  group bound: its own oldest group makes room for its newest.
+- Deduplicated: a group (item + multiset of completions) is admitted once, whoever
+  sends it and however often; the memory of seen groups is bounded too.
+- Fresh: groups older than ``freshness_s`` are refused on arrival and expire in the
+  queue; groups stamped in the future beyond ``max_clock_skew_s`` are refused.
+- Only the accepted catalog (this node's datasets with their exact configs, plus
+  ``sapo.extra_catalog``) is ever regenerated: no peer can make us build a huge or
+  slow dataset.
+- Groups with no signal after re-scoring (all rewards equal) are not kept: they
+  would be filtered before training anyway (the paper's zero-advantage filter).
+- Every refusal is counted by reason; nothing a peer sends raises out of ``offer``.
+- Thread-safe: the network side offers, the trainer takes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from swarmnode.config import DatasetSpec, SapoConfig
+from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.tasks import TaskError, ref_config, regenerate
+
+Scorer = Callable[[Sequence[str], dict[str, Any]], tuple[list[float], list[float]]]
+
+REASONS = (
+    "out_of_catalog",
+    "unregenerable",
+    "question_mismatch",
+    "duplicate",
+    "stale",
+    "future",
+    "no_signal",
+    "too_large",
+    "verifier_error",
+)
+
+
+@dataclass
+class Entry:
+    group: RolloutGroup
+    peer: str
+    size: int  # bytes of text, for the byte bound
+    arrived: float
+    claimed_match: bool  # did the sender's rewards equal ours? (reputation signal)
+
+
+@dataclass
+class IngestStats:
+    accepted: int = 0
+    rejected: Counter[str] = field(default_factory=Counter)
+    evicted: Counter[str] = field(default_factory=Counter)  # full, peer_share, expired
+    taken: int = 0
+    claims_false: int = 0  # groups whose claimed rewards differed from ours
+
+
+def group_key(group: RolloutGroup) -> str:
+    """Same item and same completions (any order) = same key, whoever sent it."""
+    h = hashlib.blake2b(group.ref.key.encode(), digest_size=16)
+    for text in sorted(group.completions):
+        h.update(b"\x00" + text.encode("utf-8", "replace"))
+    return h.hexdigest()
+
+
+def _size(group: RolloutGroup) -> int:
+    return len(group.question) + sum(len(c) for c in group.completions) + 64
+
+
+def _same_rewards(claimed: Sequence[object], ours: Sequence[float]) -> bool:
+    """Did the sender claim the rewards we computed? Junk claims simply do not match."""
+    if len(claimed) != len(ours):
+        return False
+    return all(
+        isinstance(c, int | float) and abs(float(c) - o) < 1e-6
+        for c, o in zip(claimed, ours, strict=True)
+    )
+
+
+class Catalog:
+    """The (dataset, exact config) pairs a node agrees to regenerate."""
+
+    def __init__(self, specs: Sequence[DatasetSpec]) -> None:
+        self._allowed = {
+            (s.name, ItemRef(s.name, ref_config(s.config, s.size), 0, 0).config_key) for s in specs
+        }
+
+    def allows(self, ref: ItemRef) -> bool:
+        return (ref.dataset, ref.config_key) in self._allowed
+
+
+class IngestQueue:
+    """Verified external groups waiting for the sampler."""
+
+    def __init__(
+        self,
+        cfg: SapoConfig,
+        catalog: Catalog,
+        score: Scorer,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.catalog = catalog
+        self.score = score
+        self.clock = clock
+        self.stats = IngestStats()
+        self._lock = threading.Lock()
+        self._queue: OrderedDict[str, Entry] = OrderedDict()  # oldest first
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._seen_cap = max(4096, 8 * cfg.queue_groups)
+        self._bytes = 0
+        self._per_peer: Counter[str] = Counter()
+
+    # -- intake ----------------------------------------------------------------
+
+    def offer(self, peer: str, groups: Sequence[RolloutGroup]) -> int:
+        """Verify and admit a peer's groups; return how many were kept."""
+        kept = 0
+        for group in groups:
+            reason = self._admit(peer, group)
+            if reason is None:
+                kept += 1
+            else:
+                with self._lock:
+                    self.stats.rejected[reason] += 1
+        return kept
+
+    def _admit(self, peer: str, group: RolloutGroup) -> str | None:
+        now = self.clock()
+        if group.created < now - self.cfg.freshness_s:
+            return "stale"
+        if group.created > now + self.cfg.max_clock_skew_s:
+            return "future"
+        size = _size(group)
+        if size > self.cfg.queue_bytes // 4:
+            return "too_large"
+        key = group_key(group)
+        with self._lock:
+            if key in self._seen:
+                return "duplicate"
+        if not self.catalog.allows(group.ref):
+            return "out_of_catalog"
+        try:
+            entry = regenerate(group.ref)
+        except TaskError:
+            return "unregenerable"
+        if entry["question"] != group.question:
+            return "question_mismatch"
+        try:
+            rewards, fmt = self.score(group.completions, entry)
+        except Exception:  # a verifier bug must not take the node down; counted
+            return "verifier_error"
+        claimed_match = _same_rewards(group.rewards, rewards)
+        verified = RolloutGroup(
+            ref=group.ref,
+            question=group.question,
+            completions=list(group.completions),
+            rewards=rewards,
+            origin=peer,
+            round=group.round,
+            model=group.model,
+            created=group.created,
+            format_rewards=fmt,
+        )
+        with self._lock:
+            if key in self._seen:  # raced with the same group from another peer
+                return "duplicate"
+            self._remember(key)
+            if not claimed_match:
+                self.stats.claims_false += 1
+            if not verified.has_signal:
+                return "no_signal"
+            self._insert(key, Entry(verified, peer, size, now, claimed_match))
+            self.stats.accepted += 1
+        return None
+
+    def _remember(self, key: str) -> None:
+        self._seen[key] = None
+        while len(self._seen) > self._seen_cap:
+            self._seen.popitem(last=False)
+
+    def _insert(self, key: str, entry: Entry) -> None:
+        cap_peer = max(1, int(self.cfg.max_peer_share * self.cfg.queue_groups))
+        if self._per_peer[entry.peer] >= cap_peer:
+            oldest = next(k for k, e in self._queue.items() if e.peer == entry.peer)
+            self._remove(oldest, "peer_share")
+        while self._queue and (
+            len(self._queue) >= self.cfg.queue_groups
+            or self._bytes + entry.size > self.cfg.queue_bytes
+        ):
+            self._remove(next(iter(self._queue)), "full")
+        self._queue[key] = entry
+        self._bytes += entry.size
+        self._per_peer[entry.peer] += 1
+
+    def _remove(self, key: str, why: str | None) -> Entry:
+        entry = self._queue.pop(key)
+        self._bytes -= entry.size
+        self._per_peer[entry.peer] -= 1
+        if self._per_peer[entry.peer] <= 0:
+            del self._per_peer[entry.peer]
+        if why:
+            self.stats.evicted[why] += 1
+        return entry
+
+    # -- output ----------------------------------------------------------------
+
+    def expire(self) -> None:
+        cutoff = self.clock() - self.cfg.freshness_s
+        with self._lock:
+            for key in [k for k, e in self._queue.items() if e.group.created < cutoff]:
+                self._remove(key, "expired")
+
+    def snapshot(self) -> list[tuple[str, Entry]]:
+        """The current entries, oldest first (after expiring stale ones)."""
+        self.expire()
+        with self._lock:
+            return list(self._queue.items())
+
+    def take(self, keys: Sequence[str]) -> list[Entry]:
+        """Remove and return these entries (those still present)."""
+        with self._lock:
+            out = [self._remove(k, None) for k in keys if k in self._queue]
+            self.stats.taken += len(out)
+            return out
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._queue)
+
+    @property
+    def nbytes(self) -> int:
+        with self._lock:
+            return self._bytes
+
+    def per_peer(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._per_peer)
+
+    def report(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "queue_groups": len(self._queue),
+                "queue_bytes": self._bytes,
+                "ingest_accepted": self.stats.accepted,
+                "ingest_rejected": dict(self.stats.rejected),
+                "ingest_evicted": dict(self.stats.evicted),
+                "ingest_claims_false": self.stats.claims_false,
+            }

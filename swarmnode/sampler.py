@@ -1,0 +1,152 @@
+"""The swarm sampler: which groups go into this round's policy update.
+
+``uniform`` (the paper): I local groups from this round plus J external groups drawn
+uniformly from the ingestion queue. Every queued group already carries signal after
+local re-scoring (the zero-advantage filter the open-source implementation lacks).
+When fewer than J external groups exist, the update fills up with more of this
+round's local groups (if the round made more than I) and reports the shortfall.
+
+``adaptive`` (beyond the paper): the same budget B = I + J, spent where the signal is.
+- Balance: local groups without signal would be skipped by the update anyway, so
+  their slots go to external groups; external slots nobody can fill go back to local
+  groups. At least ``ceil(B / 4)`` slots stay local whenever local groups have signal,
+  because the paper saw training oscillate when nodes leaned mostly on others.
+- Ranking: external groups are drawn by weight = signal x freshness x sender record.
+  Signal is the reward spread of the group (a group half right, half wrong teaches
+  most); freshness halves every ``freshness_s / 4`` seconds (older groups were sampled
+  from policies further from ours); a sender whose claimed rewards disagree with our
+  re-scoring loses weight (it is broken or lying), one that agrees regains it.
+
+Invariants:
+- The update never holds more than B groups, and never a group twice.
+- A group taken from the queue leaves it: each external group is trained on once.
+- Deterministic given (seed, round) and the queue's content.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from swarmnode.config import SapoConfig
+from swarmnode.groups import RolloutGroup
+from swarmnode.ingest import Entry, IngestQueue
+
+
+@dataclass
+class Composition:
+    """This round's training batch and how it was made."""
+
+    groups: list[RolloutGroup]
+    local: int
+    external: int
+    external_peers: int
+    shortfall: int  # external slots that had to be filled with local groups (or left empty)
+
+
+def signal(group: RolloutGroup) -> float:
+    """Reward spread of a group, 0 for no signal, 0.5 for a half-right binary group.
+
+    >>> signal(RolloutGroup(None, "", ["a", "b"], [1.0, 0.0]))  # type: ignore[arg-type]
+    0.5
+    """
+    return statistics.pstdev(group.rewards) if len(group.rewards) > 1 else 0.0
+
+
+class SwarmSampler:
+    def __init__(
+        self,
+        cfg: SapoConfig,
+        queue: IngestQueue | None,
+        seed: int = 0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.cfg = cfg
+        self.queue = queue
+        self.seed = seed
+        self.clock = clock
+        self.peer_trust: dict[str, float] = {}  # adaptive: EMA of honest reward claims
+
+    def compose(self, round_index: int, local: Sequence[RolloutGroup]) -> Composition:
+        rng = random.Random(f"sampler:{self.seed}:{round_index}")
+        i = len(local) if self.cfg.local_groups is None else self.cfg.local_groups
+        j = self.cfg.external_groups
+        entries = self.queue.snapshot() if (self.queue is not None and j > 0) else []
+        if self.cfg.mode == "adaptive":
+            return self._adaptive(rng, list(local), i, j, entries)
+        return self._uniform(rng, list(local), i, j, entries)
+
+    def _finish(
+        self, local: list[RolloutGroup], picked: list[tuple[str, Entry]], shortfall: int
+    ) -> Composition:
+        taken = self.queue.take([k for k, _ in picked]) if self.queue is not None else []
+        external = [e.group for e in taken]
+        return Composition(
+            groups=local + external,
+            local=len(local),
+            external=len(external),
+            external_peers=len({e.peer for e in taken}),
+            shortfall=shortfall,
+        )
+
+    def _uniform(
+        self,
+        rng: random.Random,
+        local: list[RolloutGroup],
+        i: int,
+        j: int,
+        entries: list[tuple[str, Entry]],
+    ) -> Composition:
+        picked = rng.sample(entries, min(j, len(entries)))
+        shortfall = j - len(picked)
+        chosen = local[: i + shortfall]  # fill-up with the round's other local groups
+        return self._finish(chosen, picked, shortfall)
+
+    def _adaptive(
+        self,
+        rng: random.Random,
+        local: list[RolloutGroup],
+        i: int,
+        j: int,
+        entries: list[tuple[str, Entry]],
+    ) -> Composition:
+        budget = i + j
+        for _, e in entries:
+            self._update_trust(e)
+        useful_local = [g for g in local if g.has_signal]
+        min_local = min(len(useful_local), math.ceil(budget / 4)) if j > 0 else budget
+        # Local slots whose groups carry no signal go to external groups.
+        want = j + i - min(len(useful_local), i)
+        n_ext = min(len(entries), budget - min_local, want)
+        picked = self._weighted(rng, entries, n_ext)
+        n_local = min(len(useful_local), budget - len(picked))
+        shortfall = max(0, j - len(picked))
+        return self._finish(useful_local[:n_local], picked, shortfall)
+
+    def _update_trust(self, entry: Entry) -> None:
+        old = self.peer_trust.get(entry.peer, 1.0)
+        self.peer_trust[entry.peer] = 0.9 * old + 0.1 * (1.0 if entry.claimed_match else 0.0)
+
+    def _weighted(
+        self, rng: random.Random, entries: list[tuple[str, Entry]], n: int
+    ) -> list[tuple[str, Entry]]:
+        now = self.clock()
+        half_life = self.cfg.freshness_s / 4
+        pool = list(entries)
+        weights = [
+            signal(e.group)
+            * 0.5 ** (max(0.0, now - e.group.created) / half_life)
+            * max(0.05, self.peer_trust.get(e.peer, 1.0))
+            + 1e-9
+            for _, e in pool
+        ]
+        picked: list[tuple[str, Entry]] = []
+        for _ in range(min(n, len(pool))):  # weighted sampling without replacement
+            k = rng.choices(range(len(pool)), weights=weights)[0]
+            picked.append(pool.pop(k))
+            weights.pop(k)
+        return picked

@@ -1,0 +1,144 @@
+"""Ingestion: verification against local regeneration, bounds, dedupe, freshness, fairness."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from swarmnode.config import DatasetSpec, SapoConfig
+from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.ingest import Catalog, IngestQueue, group_key
+from swarmnode.rewards import accuracy_reward
+from swarmnode.tasks import ref_config, regenerate
+
+SPEC = DatasetSpec(name="basic_arithmetic", size=1000, config={"min_terms": 2, "max_terms": 2})
+CFG = ref_config(SPEC.config, SPEC.size)
+
+
+def score(completions: Any, entry: dict[str, Any]) -> tuple[list[float], list[float]]:
+    return [accuracy_reward(c, entry) for c in completions], [0.0] * len(completions)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1_000_000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def make_group(
+    index: int,
+    right: int = 1,
+    wrong: int = 1,
+    created: float = 1_000_000.0,
+    seed: int = 7,
+    claimed: list[float] | None = None,
+) -> RolloutGroup:
+    ref = ItemRef("basic_arithmetic", CFG, seed, index)
+    entry = regenerate(ref)
+    comps = [f"<answer>{entry['answer']}</answer>"] * right + [
+        f"<answer>{int(entry['answer']) + k + 1}</answer>" for k in range(wrong)
+    ]
+    rewards = claimed if claimed is not None else [1.0] * right + [0.0] * wrong
+    return RolloutGroup(ref, entry["question"], comps, rewards, created=created)
+
+
+def make_queue(clock: Clock, **cfg: Any) -> IngestQueue:
+    sapo = SapoConfig(**{"queue_groups": 8, "max_peer_share": 0.5, **cfg})
+    return IngestQueue(sapo, Catalog([SPEC]), score, clock=clock)
+
+
+def test_verification_rejects_by_reason() -> None:
+    clock = Clock()
+    q = make_queue(clock)
+    altered = make_group(1)
+    altered.question = altered.question.replace("=", "= ") + " "
+    unknown = make_group(2)
+    unknown = RolloutGroup(
+        ItemRef("not_a_dataset", CFG, 7, 2),
+        unknown.question,
+        unknown.completions,
+        unknown.rewards,
+        created=clock.now,
+    )
+    other_cfg = make_group(3)
+    other_cfg = RolloutGroup(
+        ItemRef("basic_arithmetic", {**CFG, "size": 10**7}, 7, 3),
+        other_cfg.question,
+        other_cfg.completions,
+        other_cfg.rewards,
+        created=clock.now,
+    )
+    bad_index = make_group(4)
+    bad_index = RolloutGroup(
+        ItemRef("basic_arithmetic", CFG, 7, 5000),
+        bad_index.question,
+        bad_index.completions,
+        bad_index.rewards,
+        created=clock.now,
+    )
+    assert q.offer("peerA", [altered, unknown, other_cfg, bad_index]) == 0
+    assert q.stats.rejected == {"question_mismatch": 1, "out_of_catalog": 2, "unregenerable": 1}
+    assert len(q) == 0
+
+
+def test_false_claims_are_rescored() -> None:
+    clock = Clock()
+    q = make_queue(clock)
+    liar = make_group(5, right=1, wrong=3, claimed=[0.0, 1.0, 1.0, 1.0])  # claims wrong ones right
+    all_wrong_claimed_right = make_group(6, right=0, wrong=4, claimed=[1.0, 0.0, 1.0, 0.0])
+    assert q.offer("peerA", [liar, all_wrong_claimed_right]) == 1
+    ((key, entry),) = q.snapshot()
+    assert entry.group.rewards == [1.0, 0.0, 0.0, 0.0] and not entry.claimed_match
+    assert entry.group.origin == "peerA"
+    assert q.stats.claims_false == 2 and q.stats.rejected == {"no_signal": 1}
+
+
+def test_dedupe_freshness_and_future() -> None:
+    clock = Clock()
+    q = make_queue(clock, freshness_s=100)
+    g = make_group(7)
+    same_reordered = make_group(7)
+    same_reordered.completions.reverse()
+    assert group_key(g) == group_key(same_reordered)
+    assert q.offer("peerA", [g]) == 1
+    assert q.offer("peerB", [same_reordered]) == 0  # someone else relaying it
+    assert q.offer("peerA", [make_group(8, created=clock.now - 101)]) == 0
+    assert q.offer("peerA", [make_group(9, created=clock.now + 10_000)]) == 0
+    assert q.stats.rejected == {"duplicate": 1, "stale": 1, "future": 1}
+    clock.now += 101  # the kept group ages out of the window
+    assert q.snapshot() == [] and q.stats.evicted["expired"] == 1
+
+
+def test_burst_from_several_peers_respects_bounds() -> None:
+    clock = Clock()
+    q = make_queue(clock, queue_groups=8, max_peer_share=0.25)
+    for burst in range(3):
+        for p, peer in enumerate(["A", "B", "C", "D", "E"]):
+            groups = [make_group(100 * p + 10 * burst + k) for k in range(4)]
+            q.offer(peer, groups)
+            assert len(q) <= 8 and max(q.per_peer().values()) <= 2
+    # Fair: the last peers' newest groups are there, nobody over its share.
+    assert len(q) == 8 and set(q.per_peer().values()) == {2}
+    assert q.stats.evicted["peer_share"] > 0 and q.stats.evicted["full"] > 0
+    assert q.stats.accepted == 60
+
+
+def test_byte_bound() -> None:
+    clock = Clock()
+    q = make_queue(clock, queue_groups=100, queue_bytes=1 << 16, max_peer_share=1.0)
+    big = [make_group(i) for i in range(50)]
+    for g in big:
+        g.completions = [c + " " * 4000 for c in g.completions]
+    q.offer("A", big)
+    assert q.nbytes <= 1 << 16 and len(q) < 50
+
+
+@pytest.mark.parametrize("junk", [None, 3, "x", b"\x00"])
+def test_wrong_reward_types_never_raise(junk: Any) -> None:
+    q = make_queue(Clock())
+    g = make_group(11)
+    g.rewards = [junk, junk]  # type: ignore[list-item]
+    assert q.offer("A", [g]) == 1  # rewards are ignored: our re-scoring counts

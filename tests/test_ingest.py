@@ -90,7 +90,7 @@ def test_false_claims_are_rescored() -> None:
     liar = make_group(5, right=1, wrong=3, claimed=[0.0, 1.0, 1.0, 1.0])  # claims wrong ones right
     all_wrong_claimed_right = make_group(6, right=0, wrong=4, claimed=[1.0, 0.0, 1.0, 0.0])
     assert q.offer("peerA", [liar, all_wrong_claimed_right]) == 1
-    ((key, entry),) = q.snapshot()
+    ((_key, entry),) = q.snapshot()
     assert entry.group.rewards == [1.0, 0.0, 0.0, 0.0] and not entry.claimed_match
     assert entry.group.origin == "peerA"
     assert q.stats.claims_false == 2 and q.stats.rejected == {"no_signal": 1}

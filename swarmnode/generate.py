@@ -90,7 +90,11 @@ def merged_lora(model: torch.nn.Module) -> Iterator[None]:
 def _pick(
     logits: torch.Tensor, temperature: float, top_p: float, gen: torch.Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Sample one token per row; return (tokens, their log-probability)."""
+    """Sample one token per row (greedy when temperature is 0); return (tokens, log-prob)."""
+    if temperature <= 0:
+        logp = torch.log_softmax(logits.float(), dim=-1)
+        tokens = logp.argmax(-1)
+        return tokens, logp.gather(-1, tokens[:, None]).squeeze(-1)
     logp = torch.log_softmax(logits.float() / temperature, dim=-1)
     probs = logp.exp()
     if top_p < 1.0:

@@ -2,12 +2,15 @@
 
 Invariants:
 - Nothing heavy (torch, transformers, libp2p) is imported before arguments parse.
+- ``status``/``peers`` only read the node's control socket (loopback, read-only);
+  no node running there is one line and exit 1.
 - A bad config or unusable model prints one line naming the field and exits 2;
   tracebacks are for bugs only.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -67,17 +70,107 @@ def start(
     data_dir: DataDirOpt = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
 ) -> None:
-    """Run a node: train on local tasks, and share with a swarm if configured."""
+    """Run a node: train on local tasks, and share with a swarm if configured.
+
+    With swarm.role 'bootstrap' it only routes gossip (no model is loaded)."""
     cfg = _load(
         config, {"node.max_rounds": max_rounds, "node.data_dir": data_dir and str(data_dir)}
     )
     _logging(log_level)
-    from swarmnode.model import ModelLoadError
-    from swarmnode.node import run
+    from swarmnode.p2p.control import ControlError
+    from swarmnode.p2p.identity import IdentityError
+    from swarmnode.p2p.transport import TransportError
 
     try:
-        run(cfg)
-    except ModelLoadError as err:
+        if cfg.swarm.enabled and cfg.swarm.role == "bootstrap":
+            from swarmnode.p2p.standalone import serve_bootstrap
+
+            serve_bootstrap(cfg)
+            return
+        from swarmnode.model import ModelLoadError
+        from swarmnode.node import run
+        from swarmnode.swarm import SwarmError
+
+        try:
+            run(cfg)
+        except ModelLoadError as err:
+            raise _fail(str(err)) from None
+        except SwarmError as err:
+            raise _fail(f"swarm: {err}", code=1) from None
+    except (ControlError, IdentityError) as err:
+        raise _fail(str(err)) from None
+    except TransportError as err:
+        raise _fail(f"network: {err}", code=1) from None
+
+
+def _data_dir(config: Path | None, data_dir: Path | None) -> Path:
+    if data_dir is not None:
+        return data_dir
+    if config is None:
+        raise _fail("give --config or --data-dir")
+    return Path(_load(config, {}).node.data_dir)
+
+
+def _query(config: Path | None, data_dir: Path | None) -> dict[str, Any]:
+    from swarmnode.p2p.control import ControlError, query_status
+
+    try:
+        return query_status(_data_dir(config, data_dir))
+    except ControlError as err:
+        raise _fail(str(err), code=1) from None
+
+
+OptConfig = Annotated[Path | None, typer.Option("--config", "-c", help="Node YAML config file.")]
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON reply.")]
+
+
+@app.command()
+def status(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt = False) -> None:
+    """Ask a running node: peers, messages in/out/rejected, ingestion, last round."""
+    reply = _query(config, data_dir)
+    from swarmnode.report import format_status
+
+    typer.echo(json.dumps(reply, indent=1) if json_ else format_status(reply))
+
+
+@app.command()
+def peers(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt = False) -> None:
+    """Ask a running node for its connected peers and mesh."""
+    reply = _query(config, data_dir)
+    from swarmnode.report import format_peers
+
+    sw = reply.get("swarm") or {}
+    view = {k: sw.get(k) for k in ("peer_id", "connected_peers", "mesh_size", "topic_peers")}
+    typer.echo(json.dumps(view, indent=1) if json_ else format_peers(reply))
+
+
+@app.command()
+def keygen(
+    data_dir: Annotated[Path, typer.Option("--data-dir", help="Where to write the key.")],
+    psk: Annotated[
+        bool, typer.Option("--psk", help="Write a private-swarm pre-shared key (swarm.key).")
+    ] = False,
+) -> None:
+    """Make this node's identity key (kept if it exists), or a swarm PSK with --psk."""
+    from swarmnode.p2p.control import cmd_keygen
+    from swarmnode.p2p.identity import IdentityError
+
+    try:
+        typer.echo(cmd_keygen(data_dir, psk=psk))
+    except IdentityError as err:
+        raise _fail(str(err)) from None
+
+
+@app.command("id")
+def id_(config: ConfigOpt, data_dir: DataDirOpt = None) -> None:
+    """Print this node's peer ID and listen multiaddrs (creates the identity if missing)."""
+    cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)})
+    from swarmnode.p2p.control import cmd_id
+    from swarmnode.p2p.identity import IdentityError
+
+    try:
+        typer.echo(cmd_id(cfg))
+    except IdentityError as err:
         raise _fail(str(err)) from None
 
 

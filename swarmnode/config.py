@@ -200,6 +200,16 @@ class SwarmConfig(_Section):
     shutdown_timeout_s: float = Field(
         5.0, gt=0, le=120, description="Longest a clean network shutdown may take."
     )
+    min_round_s: float = Field(
+        0.0,
+        ge=0,
+        le=86_400,
+        description=(
+            "Shortest time from one round's start to the next (0 = no pause). Keeps a "
+            "very fast node (a tiny model) from flooding its peers with rounds; waiting, "
+            "not computing. Applies to a node training alone too."
+        ),
+    )
 
     @model_validator(mode="after")
     def _addrs(self) -> SwarmConfig:
@@ -215,6 +225,10 @@ class SwarmConfig(_Section):
                     raise ValueError(
                         f"bootstrap: {text!r} lacks /p2p/<peer id> (needed to authenticate it)"
                     )
+        if self.role == "bootstrap" and not self.enabled:
+            raise ValueError(
+                "role: 'bootstrap' only routes gossip, so it needs swarm.enabled: true"
+            )
         return self
 
 

@@ -55,7 +55,8 @@ def test_bootstrap_role_serves_status_and_a_trainer_joins(tmp_path: Path) -> Non
         stop = asyncio.Event()
         cfg = cfg_for(boot_dir, role="bootstrap")
         task = asyncio.create_task(run_bootstrap(cfg, boot_dir, stop))
-        status = await poll(boot_dir, lambda r: True, "bootstrap control socket")
+        # The socket answers first (it guards the data_dir), the addresses follow.
+        status = await poll(boot_dir, lambda r: r["swarm"]["listen_addrs"], "bootstrap addrs")
         assert stat.S_IMODE(socket_path(boot_dir).stat().st_mode) == 0o600
         assert status["node"] == {"role": "bootstrap"}
         addr = status["swarm"]["listen_addrs"][0]

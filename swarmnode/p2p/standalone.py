@@ -36,9 +36,10 @@ async def run_bootstrap(
     """Run a routing-only node until ``stop_event`` is set."""
     transport = GossipTransport(cfg.swarm, data_dir)
     control = ControlServer(data_dir, transport, lambda: {"role": "bootstrap"})
-    await transport.start()
+    data_dir.mkdir(parents=True, exist_ok=True)
+    await control.start()  # first: refuses a second node on the same data_dir
     try:
-        await control.start()
+        await transport.start()
         for addr in transport.stats()["listen_addrs"]:
             log.info("bootstrap address: %s", addr)
         next_log = time.monotonic() + log_every_s
@@ -46,11 +47,17 @@ async def run_bootstrap(
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(stop_event.wait(), 1.0)
             transport.inbox.drain()  # relayed already; a bootstrap node keeps nothing
+            if not transport.running:  # crashed: stop() below re-raises it (fail-stop)
+                log.error("libp2p thread stopped; shutting the bootstrap node down")
+                break
             if time.monotonic() >= next_log:
                 st = transport.stats()
                 log.info(
                     "peers=%d mesh=%d in=%d out=%d rejected=%s",
-                    st["num_peers"], st["mesh_size"], st["msgs_in"], st["msgs_out"],
+                    st["num_peers"],
+                    st["mesh_size"],
+                    st["msgs_in"],
+                    st["msgs_out"],
                     st["rejected"],
                 )
                 next_log = time.monotonic() + log_every_s
@@ -59,17 +66,8 @@ async def run_bootstrap(
         await transport.stop()
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    if len(args) != 1:
-        print("usage: python -m swarmnode.p2p.standalone CONFIG.yaml", file=sys.stderr)
-        return 2
-    try:
-        cfg = load_config(args[0], {"swarm.enabled": True, "swarm.role": "bootstrap"})
-    except ConfigError as err:
-        print(err, file=sys.stderr)
-        return 2
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+def serve_bootstrap(cfg: Config) -> None:
+    """Run the bootstrap role until SIGINT/SIGTERM (``swarmnode start`` with role bootstrap)."""
 
     async def amain() -> None:
         stop = asyncio.Event()
@@ -84,6 +82,20 @@ def main(argv: list[str] | None = None) -> int:
         asyncio.run(amain())
     else:
         uvloop.run(amain())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m swarmnode.p2p.standalone CONFIG.yaml", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_config(args[0], {"swarm.enabled": True, "swarm.role": "bootstrap"})
+    except ConfigError as err:
+        print(err, file=sys.stderr)
+        return 2
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    serve_bootstrap(cfg)
     return 0
 
 

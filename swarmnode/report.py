@@ -1,0 +1,106 @@
+"""Human-readable views of a node's status reply (``swarmnode status`` / ``peers``).
+
+Pure formatting of the JSON the control socket returns: no I/O, no heavy imports,
+and tolerant of missing keys (a bootstrap node or a node still loading answers with
+fewer fields), so the CLI never crashes on an older or partial reply.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _counts(d: dict[str, Any] | None) -> str:
+    if not d:
+        return "none"
+    return ", ".join(f"{k}={v}" for k, v in sorted(d.items()))
+
+
+def _short(peer: str) -> str:
+    return peer if len(peer) <= 16 else f"{peer[:8]}..{peer[-6:]}"
+
+
+def format_peers(reply: dict[str, Any]) -> str:
+    sw = reply.get("swarm") or {}
+    if not sw:
+        return "swarm disabled: this node trains alone"
+    peers = sw.get("connected_peers") or []
+    lines = [
+        f"peer id:   {sw.get('peer_id')}",
+        f"topic:     {sw.get('topic')}",
+        f"connected: {len(peers)}   mesh: {sw.get('mesh_size', 0)}   "
+        f"topic peers: {sw.get('topic_peers', 0)}   dht: {sw.get('dht_routing_table', 0)}",
+    ]
+    lines += [f"  {p}" for p in peers]
+    return "\n".join(lines)
+
+
+def format_status(reply: dict[str, Any]) -> str:
+    node = reply.get("node") or {}
+    sw = reply.get("swarm") or {}
+    role, state = node.get("role", "?"), node.get("state", "-")
+    lines = [f"pid {reply.get('pid')}  role {role}  state {state}"]
+    if "node_error" in reply:
+        lines.append(f"status error: {reply['node_error']}")
+    if node.get("swarm_failure"):
+        lines.append(f"SWARM FAILURE: {node['swarm_failure']}")
+    if sw:
+        lines += [
+            f"peer id {sw.get('peer_id')}  running {sw.get('running')}",
+            f"listen  {' '.join(sw.get('listen_addrs') or [])}",
+            f"peers {sw.get('num_peers', 0)}  mesh {sw.get('mesh_size', 0)}  "
+            f"msgs in {sw.get('msgs_in', 0)} out {sw.get('msgs_out', 0)}  "
+            f"bytes in {sw.get('bytes_in', 0)} out {sw.get('bytes_out', 0)}",
+            f"rejected {sw.get('rejected_total', 0)}: {_counts(sw.get('rejected'))}",
+            f"inbox {sw.get('inbox_len', 0)} (dropped {sw.get('inbox_dropped', 0)})  "
+            f"outbox dropped {sw.get('outbox_dropped', 0)}",
+        ]
+    else:
+        lines.append("swarm disabled")
+    if "round" in node:
+        lines.append(f"round {node['round']}  (max {node.get('max_rounds')})")
+    ing = node.get("ingest")
+    if ing:
+        lines += [
+            f"ingest accepted {ing.get('ingest_accepted', 0)}  "
+            f"rejected: {_counts(ing.get('ingest_rejected'))}",
+            f"queue {ing.get('queue_groups', 0)} groups, {ing.get('queue_bytes', 0)} bytes  "
+            f"evicted: {_counts(ing.get('ingest_evicted'))}  "
+            f"false claims {ing.get('ingest_claims_false', 0)}",
+            "queue per peer: "
+            + _counts({_short(k): v for k, v in (ing.get("per_peer") or {}).items()}),
+        ]
+    if node.get("decode_failures"):
+        lines.append(f"decode failures: {_counts(node['decode_failures'])}")
+    if node.get("published"):
+        lines.append(
+            f"published: {_counts(node['published'])}"
+            + (
+                f"  dropped: {_counts(node['publish_dropped'])}"
+                if node.get("publish_dropped")
+                else ""
+            )
+        )
+    if node.get("trained_from"):
+        lines.append(
+            "trained on external groups from: "
+            + _counts({_short(k): v for k, v in node["trained_from"].items()})
+        )
+    last = node.get("last_round")
+    if last:
+        keys = (
+            "round",
+            "reward_mean",
+            "accuracy",
+            "groups_trained",
+            "groups_skipped",
+            "local_groups",
+            "external_groups",
+            "external_peers",
+            "external_shortfall",
+            "queue_groups",
+            "gen_seconds",
+            "train_seconds",
+        )
+        lines.append("last round: " + "  ".join(f"{k}={last[k]}" for k in keys if k in last))
+    return "\n".join(lines)

@@ -19,7 +19,7 @@ import torch
 
 from swarmnode.checkpoint import Checkpointer
 from swarmnode.config import Config
-from swarmnode.generate import merged_lora, sample
+from swarmnode.generate import inference_weights, sample
 from swarmnode.groups import ItemRef
 from swarmnode.model import load_policy
 from swarmnode.rewards import accuracy_reward
@@ -42,15 +42,13 @@ def evaluate(cfg: Config, n: int = 50, batch: int = 16) -> dict[str, Any]:
     """Accuracy per dataset (and overall) of the node's newest checkpoint."""
     trainer = Trainer(cfg, load_policy(cfg.model, seed=cfg.train.seed))
     ckpt = Checkpointer(Path(cfg.node.data_dir) / "checkpoints")
-    round_index = ckpt.restore_latest(
-        trainer.policy.model, trainer.optimizer, trainer.generator
-    )
+    round_index = ckpt.restore_latest(trainer.policy.model, trainer.optimizer, trainer.generator)
     refs = heldout_refs(cfg, n)
     entries = [trainer.tasks.regenerate(r) for r in refs]
     scores: dict[str, list[float]] = {}
     model = trainer.policy.model
     model.eval()
-    with merged_lora(model), torch.inference_mode():
+    with inference_weights(model, trainer.sample_dtype), torch.inference_mode():
         for start in range(0, len(refs), batch):
             chunk = entries[start : start + batch]
             prompts = [trainer.prompt_ids(e["question"]) for e in chunk]

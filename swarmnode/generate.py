@@ -7,8 +7,9 @@ round's time, and the prompt is usually longer than the completion.
 
 Invariants:
 - Runs under ``torch.inference_mode``; never touches gradients or optimizer state.
-- With LoRA, decoding uses temporarily merged weights (``merged_lora``): the base
-  weight tensors are swapped, never modified in place, and restored exactly.
+- With LoRA, decoding uses temporarily merged weights (``inference_weights``), in
+  the sampling dtype: parameters are swapped, never modified in place, and
+  restored exactly.
 - ``should_stop`` is polled once per token so a shutdown never waits for a round.
 - Returned completions include the EOS token when one was sampled (the policy must
   learn to stop); rows cut at ``max_new_tokens`` carry no EOS.
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -56,35 +57,52 @@ def with_cache(model: torch.nn.Module, cache: DynamicCache) -> dict[str, Dynamic
 
 
 @contextmanager
-def merged_lora(model: torch.nn.Module) -> Iterator[None]:
-    """Decode with W + BA in one matmul instead of W, A and B separately."""
-    if not hasattr(model, "peft_config"):
-        yield
-        return
-    from peft.tuners.lora import LoraLayer
+def inference_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) -> Iterator[None]:
+    """Sample with LoRA merged (W + BA in one matmul) and, optionally, weights cast to
+    ``dtype`` (bfloat16 halves a CPU's decode time where it has bf16 instructions).
 
-    saved: list[tuple[Any, torch.nn.Parameter]] = []
+    Every parameter that changes is swapped for a new tensor, never written in place,
+    and the original objects are put back on exit: training weights stay bit-exact.
+    """
+    lora = hasattr(model, "peft_config")
+    merged: dict[int, torch.Tensor] = {}
+    saved: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
     with torch.no_grad():
-        for module in model.modules():
-            if not isinstance(module, LoraLayer) or not hasattr(module, "base_layer"):
+        if lora:
+            from peft.tuners.lora import LoraLayer
+
+            for module in model.modules():
+                if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
+                    layer: Any = module
+                    weight = layer.base_layer.weight
+                    delta = sum(
+                        layer.get_delta_weight(name)
+                        for name in layer.active_adapters
+                        if name in layer.lora_A
+                    )
+                    if isinstance(delta, torch.Tensor):
+                        merged[id(weight)] = weight + delta.to(weight.dtype)
+        for module_name, module in model.named_modules():
+            if "lora_" in module_name:  # adapters are switched off below: never read
                 continue
-            layer: Any = module
-            base = layer.base_layer
-            delta = sum(
-                layer.get_delta_weight(name)
-                for name in layer.active_adapters
-                if name in layer.lora_A
-            )
-            if not isinstance(delta, torch.Tensor):
-                continue
-            saved.append((base, base.weight))
-            base.weight = torch.nn.Parameter(base.weight + delta.to(base.weight.dtype), False)
+            for name, param in list(module.named_parameters(recurse=False)):
+                new = merged.get(id(param), param)
+                if dtype is not None and new.is_floating_point() and new.dtype != dtype:
+                    new = new.to(dtype)
+                if new is not param:
+                    saved.append((module, name, param))
+                    setattr(module, name, torch.nn.Parameter(new, requires_grad=False))
     try:
-        with cast(Any, model).disable_adapter():
+        with cast(Any, model).disable_adapter() if lora else nullcontext():
             yield
     finally:
-        for base, weight in saved:
-            base.weight = weight
+        for module, name, param in saved:
+            setattr(module, name, param)
+
+
+def merged_lora(model: torch.nn.Module) -> AbstractContextManager[None]:
+    """LoRA merged into the weights, in the model's own dtype."""
+    return inference_weights(model)
 
 
 def _pick(

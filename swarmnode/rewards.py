@@ -29,14 +29,16 @@ ScoreFn = Callable[[str | None, dict[str, Any]], float]
 def extract_answer(completion: object) -> str | None:
     """The stripped text of the last ``<answer>...</answer>`` span, else None.
 
-    Tags are case-sensitive. Without any complete span, text after a trailing
-    unclosed ``<answer>`` (generation cut off) counts if non-empty.
+    Tags are case-sensitive. Without any complete span, the first non-empty line
+    after a trailing unclosed ``<answer>`` (generation cut off) counts.
 
     >>> extract_answer("2 + 3 is five. <answer> 5 </answer>")
     '5'
     >>> extract_answer("<answer>1</answer> no wait <answer>2</answer>")
     '2'
     >>> extract_answer("The answer is <answer>42")
+    '42'
+    >>> extract_answer("<answer> 42\\nbecause 40 + 2 = 42")
     '42'
     >>> extract_answer("The answer is 42.") is None
     True
@@ -57,9 +59,11 @@ def extract_answer(completion: object) -> str | None:
         start = opened + len(ANSWER_OPEN)
         answer = completion[start : completion.find(ANSWER_CLOSE, start)]
     else:
-        # No complete span: a trailing open tag (generation cut off) still counts.
+        # No complete span: the first line after a trailing open tag (generation
+        # cut off, or the closing tag forgotten) still counts; later lines are chatter.
         last = completion.rfind(ANSWER_OPEN)
-        answer = completion[last + len(ANSWER_OPEN) :] if last >= 0 else ""
+        tail = completion[last + len(ANSWER_OPEN) :].lstrip() if last >= 0 else ""
+        answer = tail.split("\n", 1)[0]
     return answer.strip() or None
 
 

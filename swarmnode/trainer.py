@@ -25,10 +25,10 @@ from typing import Any
 import torch
 
 from swarmnode.config import Config
-from swarmnode.generate import merged_lora, sample
+from swarmnode.generate import inference_weights, sample
 from swarmnode.groups import RolloutGroup
 from swarmnode.grpo import StepStats, TokenizedGroup, group_advantages, grpo_step
-from swarmnode.model import Policy
+from swarmnode.model import Policy, sampling_dtype
 from swarmnode.rewards import accuracy_reward, format_reward
 from swarmnode.tasks import TaskMix, build_messages
 
@@ -57,6 +57,8 @@ class Trainer:
         self.pad_id = int(tok.pad_token_id)
         self.eos_ids = sorted({int(tok.eos_token_id), *self._extra_eos()})
         self._prompt_cache: dict[str, list[int]] = {}
+        model_dtype = next(policy.model.parameters()).dtype
+        self.sample_dtype = sampling_dtype(cfg.rollout.dtype, policy.device, model_dtype)
 
     def _extra_eos(self) -> list[int]:
         gen_cfg = getattr(self.policy.model, "generation_config", None)
@@ -107,7 +109,7 @@ class Trainer:
         prompts = [self.prompt_ids(e["question"]) for e in entries]
         t0 = time.perf_counter()
         self.policy.model.eval()
-        with merged_lora(self.policy.model):
+        with inference_weights(self.policy.model, self.sample_dtype):
             samples = sample(
                 self.policy.model,
                 prompts,

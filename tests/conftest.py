@@ -45,7 +45,12 @@ def tiny_config(model_dir: Path, data_dir: Path, **sections: dict[str, Any]) -> 
                 }
             ]
         },
-        "rollout": {"questions_per_round": 2, "completions_per_question": 4, "max_new_tokens": 8},
+        "rollout": {
+            "questions_per_round": 2,
+            "completions_per_question": 4,
+            "max_new_tokens": 8,
+            "dtype": "float32",
+        },
         "train": {"learning_rate": 0.01},
         "checkpoint": {"every_rounds": 1},
     }

@@ -80,9 +80,7 @@ class GossipTransport:
         """Bring the host up: listening, subscribed, bootstrap dialling in the background."""
         if self._thread is not None:
             raise TransportError("already started")
-        key_pair, created = load_or_create_identity(
-            identity_path(self.data_dir, self.cfg.key_file)
-        )
+        key_pair, created = load_or_create_identity(identity_path(self.data_dir, self.cfg.key_file))
         if created:
             log.info("created a new identity in %s", self.data_dir)
         psk = load_psk(Path(self.cfg.psk_file).expanduser()) if self.cfg.psk_file else None

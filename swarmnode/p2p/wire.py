@@ -118,8 +118,10 @@ def _keys(obj: Any, keys: frozenset[str], what: str) -> dict[str, Any]:
         raise WireError("schema", f"{what} is {type(obj).__name__}, expected map")
     if obj.keys() != keys:
         got = set(obj.keys())
-        raise WireError("schema", f"{what} keys: missing {sorted(keys - got)}, "
-                                  f"extra {sorted(map(str, got - keys))[:5]}")
+        raise WireError(
+            "schema",
+            f"{what} keys: missing {sorted(keys - got)}, extra {sorted(map(str, got - keys))[:5]}",
+        )
     return obj
 
 

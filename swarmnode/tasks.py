@@ -34,7 +34,18 @@ MAX_SEED = 2**32  # reasoning-gym seeds are 32-bit in practice
 MAX_CONFIG_CHARS = 4096  # a ref's config as JSON; anything longer is refused
 CACHE_SIZE = 64
 
-DEFAULT_SYSTEM_PROMPT = "Answer with <answer>X</answer>."
+DEFAULT_SYSTEM_PROMPT = (
+    "You are a helpful assistant. Give only the final answer, between <answer> and </answer> tags."
+)
+# Demonstration turns sent with the default prompt. A 135M instruct model ignores a
+# format *instruction* almost always, but copies a demonstrated format (measured on
+# SmolLM2-135M-Instruct Q4_1, temperature 1: ~2% -> ~25% of completions tagged).
+# Generic on purpose: a number, a word and a True/False answer.
+DEFAULT_EXAMPLES: tuple[tuple[str, str], ...] = (
+    ("What is 2 + 3?", "<answer>5</answer>"),
+    ("Spell the word 'cat' backward.", "<answer>tac</answer>"),
+    ("Is 7 smaller than 3? Answer True or False.", "<answer>False</answer>"),
+)
 
 
 class TaskError(Exception):
@@ -121,10 +132,30 @@ def regenerate(ref: ItemRef) -> dict[str, Any]:
 
 
 def build_messages(question: str, system_prompt: str | None = None) -> list[dict[str, str]]:
-    """Chat messages for one question; ``None`` uses ``DEFAULT_SYSTEM_PROMPT``."""
-    system = DEFAULT_SYSTEM_PROMPT if system_prompt is None else system_prompt
+    """Chat messages for one question.
+
+    ``None`` means the default: ``DEFAULT_SYSTEM_PROMPT`` followed by the
+    ``DEFAULT_EXAMPLES`` as user/assistant turns. A custom system prompt is sent
+    alone (its author decides the format, so no demonstration is imposed).
+
+    >>> [m["role"] for m in build_messages("What is 1 + 1?")]
+    ['system', 'user', 'assistant', 'user', 'assistant', 'user', 'assistant', 'user']
+    >>> build_messages("What is 1 + 1?", "Be brief.")
+    [{'role': 'system', 'content': 'Be brief.'}, {'role': 'user', 'content': 'What is 1 + 1?'}]
+    """
+    if system_prompt is not None:
+        return [
+            {"role": "system", "content": system_prompt},
+            {"role": "user", "content": question},
+        ]
+    shots = [
+        {"role": role, "content": text}
+        for q, a in DEFAULT_EXAMPLES
+        for role, text in (("user", q), ("assistant", a))
+    ]
     return [
-        {"role": "system", "content": system},
+        {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
+        *shots,
         {"role": "user", "content": question},
     ]
 

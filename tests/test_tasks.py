@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import doctest
 import json
 import os
 import random
@@ -12,9 +13,12 @@ from dataclasses import replace
 import pytest
 import reasoning_gym
 
+from swarmnode import tasks
 from swarmnode.config import DatasetSpec, TasksConfig
 from swarmnode.groups import ItemRef
+from swarmnode.rewards import extract_answer, format_reward
 from swarmnode.tasks import (
+    DEFAULT_EXAMPLES,
     DEFAULT_SYSTEM_PROMPT,
     MAX_SIZE,
     TaskError,
@@ -186,10 +190,18 @@ def test_knows_only_its_own_datasets() -> None:
 
 
 def test_build_messages() -> None:
-    default = build_messages("What is 2 + 3?", None)
-    assert default == [
-        {"role": "system", "content": DEFAULT_SYSTEM_PROMPT},
-        {"role": "user", "content": "What is 2 + 3?"},
-    ]
+    default = build_messages("What is 4 + 4?", None)
+    assert default[0] == {"role": "system", "content": DEFAULT_SYSTEM_PROMPT}
+    assert default[-1] == {"role": "user", "content": "What is 4 + 4?"}
+    assert [m["role"] for m in default[1:-1]] == ["user", "assistant"] * len(DEFAULT_EXAMPLES)
     assert "<answer>" in DEFAULT_SYSTEM_PROMPT and "</answer>" in DEFAULT_SYSTEM_PROMPT
-    assert build_messages("q", "Be brief.")[0] == {"role": "system", "content": "Be brief."}
+    # Every demonstration answer is in the format the rewards extract.
+    for _question, answer in DEFAULT_EXAMPLES:
+        assert extract_answer(answer) is not None and format_reward(answer) == 1.0
+    custom = build_messages("q", "Be brief.")
+    assert custom == [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "q"}]
+
+
+def test_doctests() -> None:
+    result = doctest.testmod(tasks)
+    assert result.attempted >= 3 and result.failed == 0

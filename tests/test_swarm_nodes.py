@@ -1,0 +1,259 @@
+"""Real ``swarmnode start`` processes on loopback: sharing, bootstrap loss, PSK
+isolation, a stable peer ID, a peer with another architecture, hostile messages.
+
+Every node is a separate process with a tiny model (OMP_NUM_THREADS=1); the tests
+read what a user would: ``metrics.jsonl``, the control socket (``swarmnode status``)
+and the CLI. Every wait polls with a deadline; nothing asserts on a fixed sleep.
+"""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.metrics import read_metrics
+from swarmnode.p2p import wire
+from swarmnode.p2p.control import ControlError, query_status
+from swarmnode.p2p.wire import encode_batch
+from swarmnode.tasks import ref_config, regenerate
+from tests.conftest import tiny_config, write_config
+from tests.test_checkpoint import ENV, REPO
+from tests.test_p2p_swarm import batch, raw_peer
+
+TIMEOUT = 120.0
+
+
+def cli(*args: str, timeout: float = 60) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarmnode.cli", *args],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def node_config(
+    tmp: Path,
+    name: str,
+    model_dir: Path,
+    bootstrap: str | None = None,
+    role: str = "trainer",
+    psk: Path | None = None,
+    port: int = 0,
+) -> Path:
+    swarm: dict[str, Any] = {
+        "enabled": True,
+        "role": role,
+        "listen": [f"/ip4/127.0.0.1/tcp/{port}"],
+        "discovery_interval_s": 0.5,
+        "bootstrap_backoff_max_s": 2.0,
+        "min_round_s": 0.5,  # tiny rounds take ~0.1 s: do not flood the peers
+        "bootstrap": [bootstrap] if bootstrap else [],
+        "psk_file": str(psk) if psk else None,
+    }
+    cfg = tiny_config(
+        model_dir,
+        tmp / name,
+        node={"name": name},
+        model={"threads": 1},
+        swarm=swarm,
+        sapo={"local_groups": 2, "external_groups": 2},
+        checkpoint={"every_rounds": 50},
+    )
+    return write_config(tmp / f"{name}.yaml", cfg)
+
+
+class Proc:
+    """One ``swarmnode start`` process and its data directory."""
+
+    def __init__(self, config: Path, data: Path) -> None:
+        self.data = data
+        self.log = data.parent / f"{data.name}.log"
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(config)],
+            cwd=REPO,
+            env=ENV,
+            stdout=subprocess.DEVNULL,
+            stderr=self.log.open("wb"),
+        )
+
+    def status(self) -> dict[str, Any]:
+        assert self.proc.poll() is None, f"{self.data.name} exited:\n{self.log.read_text()[-3000:]}"
+        try:
+            return query_status(self.data, timeout=5.0)
+        except ControlError:
+            return {}
+
+    def node(self) -> dict[str, Any]:
+        return self.status().get("node") or {}
+
+    def swarm(self) -> dict[str, Any]:
+        return self.status().get("swarm") or {}
+
+    def addr(self) -> str:
+        wait_until(lambda: bool(self.swarm().get("listen_addrs")), f"{self.data.name} listening")
+        return str(self.swarm()["listen_addrs"][0])
+
+    def metrics_from(self) -> Counter[str]:
+        """External groups trained on, per sending peer, from metrics.jsonl."""
+        out: Counter[str] = Counter()
+        for rec in read_metrics(self.data / "metrics.jsonl"):
+            out.update(rec.get("external_by_peer", {}))
+        return out
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        return self.proc.wait(timeout=60)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_until(pred: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        time.sleep(0.3)
+
+
+def test_three_nodes_share_survive_bootstrap_loss_and_keep_ids(
+    tiny_model_dir: Path, tiny_qwen_dir: Path, tmp_path: Path
+) -> None:
+    """A (llama, the bootstrap address), B (llama) and C (qwen: another architecture
+    and tokenizer) train on each other's groups; an intruder with the wrong PSK gets
+    nothing; B and C keep exchanging after A is killed; A keeps its peer ID.
+
+    (B and C do redial a restarted A, but py-libp2p's dial negative cache makes that
+    take ~50 s here, so this test does not wait for it.)"""
+    cli("keygen", "--psk", "--data-dir", str(tmp_path / "psk"))
+    cli("keygen", "--psk", "--data-dir", str(tmp_path / "other-psk"))
+    psk, wrong = tmp_path / "psk" / "swarm.key", tmp_path / "other-psk" / "swarm.key"
+    # A fixed port for A, so that its restart is found again at the same address.
+    a_cfg = node_config(tmp_path, "a", tiny_model_dir, psk=psk, port=free_port())
+    id_before = cli("id", "--config", str(a_cfg)).splitlines()[0].removeprefix("peer id: ")
+    procs: list[Proc] = []
+    try:
+        a = Proc(a_cfg, tmp_path / "a")
+        procs.append(a)
+        addr = a.addr()
+        assert addr.endswith(f"/p2p/{id_before}")
+        b = Proc(node_config(tmp_path, "b", tiny_model_dir, addr, psk=psk), tmp_path / "b")
+        c = Proc(node_config(tmp_path, "c", tiny_qwen_dir, addr, psk=psk), tmp_path / "c")
+        intruder = Proc(
+            node_config(tmp_path, "x", tiny_model_dir, addr, role="bootstrap", psk=wrong),
+            tmp_path / "x",
+        )
+        procs += [b, c, intruder]
+        trio = (a, b, c)
+        wait_until(lambda: all(p.swarm().get("peer_id") for p in trio), "peer ids")
+        ids = {p: str(p.swarm()["peer_id"]) for p in trio}
+
+        def trained_on_both() -> bool:
+            return all({ids[q] for q in trio if q is not p} <= set(p.metrics_from()) for p in trio)
+
+        wait_until(trained_on_both, "every node's updates to include both peers' groups")
+        for p in trio:  # the same figures through the control socket
+            node = p.node()
+            assert {ids[q] for q in trio if q is not p} <= set(node["trained_from"])
+            assert node["ingest"]["ingest_accepted"] > 0
+            assert node["last_round"]["local_groups"] >= 1
+        # The qwen node's groups were trained on by the llama nodes, and vice versa.
+        assert b.metrics_from()[ids[c]] > 0 and c.metrics_from()[ids[b]] > 0
+        # The intruder with another PSK never got a connection or a message.
+        xs = intruder.swarm()
+        assert xs["connected_peers"] == [] and xs["msgs_in"] == 0
+        assert xs["peer_id"] not in a.swarm()["connected_peers"]
+
+        # Kill the bootstrap address: B and C keep exchanging directly.
+        assert a.stop(signal.SIGKILL) == -signal.SIGKILL
+        base_b, base_c = b.metrics_from()[ids[c]], c.metrics_from()[ids[b]]
+        wait_until(
+            lambda: (
+                ids[a] not in b.swarm()["connected_peers"]
+                and b.metrics_from()[ids[c]] > base_b + 1
+                and c.metrics_from()[ids[b]] > base_c + 1
+            ),
+            "B and C to keep training on each other's groups without A",
+        )
+
+        # A restarts with the same identity (the address book of its peers stays valid).
+        a2 = Proc(a_cfg, tmp_path / "a")
+        procs.append(a2)
+        assert a2.addr().endswith(f"/p2p/{id_before}")
+        assert cli("id", "--config", str(a_cfg)).splitlines()[0] == f"peer id: {id_before}"
+        status_text = cli("status", "--config", str(a_cfg))
+        assert f"peer id {id_before}" in status_text and "role trainer" in status_text
+        for p in (b, c, intruder, a2):
+            assert p.stop() == 0, p.log.read_text()[-3000:]
+    finally:
+        for p in procs:
+            if p.proc.poll() is None:
+                p.proc.kill()
+                p.proc.wait(timeout=30)
+
+
+def _good_group(data_dir_cfg: dict[str, Any]) -> RolloutGroup:
+    """A real, verifiable group from the node's own catalog: one right, one wrong."""
+    spec = data_dir_cfg["tasks"]["datasets"][0]
+    ref = ItemRef(spec["name"], ref_config(spec["config"], 100_000), 3, 17)
+    entry = regenerate(ref)
+    right, wrong = f"<answer>{entry['answer']}</answer>", "<answer>-1</answer>"
+    return RolloutGroup(ref, entry["question"], [right, wrong], [1.0, 0.0])
+
+
+def test_hostile_messages_to_a_running_node(tiny_model_dir: Path, tmp_path: Path) -> None:
+    raw = tiny_config(tiny_model_dir, tmp_path / "n")
+    config = node_config(tmp_path, "n", tiny_model_dir)
+    good = encode_batch("default", 9, [_good_group(raw)])
+    sends = [
+        (b"\xc1 not msgpack", True),
+        (batch(2).replace(b"\xa1v\x01", b"\xa1v\x02", 1), True),  # wrong version
+        (b"\x00" * (wire.MAX_MESSAGE_BYTES + 10), True),  # oversized
+        (batch(3, swarm="other-swarm"), True),
+        (batch(4), False),  # well-formed but unsigned
+        (good, True),
+    ]
+    n = Proc(config, tmp_path / "n")
+    try:
+        addr = n.addr()
+        wait_until(lambda: n.node().get("state") == "training", "training")
+        finished = threading.Event()
+        sender = threading.Thread(
+            target=raw_peer, args=(addr, sends, finished.is_set, b"\x0a\x05ab"), daemon=True
+        )
+        sender.start()
+        want = {"msgpack", "version", "too_large", "wrong_swarm", "signature", "rpc_decode"}
+        wait_until(lambda: want <= set(n.swarm()["rejected"]), "every hostile message counted")
+        wait_until(lambda: n.node()["ingest"]["ingest_accepted"] == 1, "the good group verified")
+        finished.set()
+        sender.join(60)
+        round_after = n.node()["round"]
+        wait_until(lambda: n.node()["round"] >= round_after + 3, "training to go on")
+        node = n.node()
+        assert sum(node["trained_from"].values()) == 1  # the one good group, trained on
+        assert node["decode_failures"] == {}  # nothing hostile got past the validator
+        text = cli("status", "--data-dir", str(tmp_path / "n"))
+        for reason in want:
+            assert f"{reason}=1" in text
+        assert n.stop() == 0, n.log.read_text()[-3000:]
+    finally:
+        if n.proc.poll() is None:
+            n.proc.kill()
+            n.proc.wait(timeout=30)

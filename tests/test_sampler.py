@@ -1,0 +1,159 @@
+"""The swarm sampler: exact I/J mix, fill-up with a reported shortfall, the
+zero-advantage filter, and what the adaptive mode does differently."""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from swarmnode.config import SapoConfig, parse_config
+from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.grpo import group_advantages
+from swarmnode.ingest import Catalog, IngestQueue
+from swarmnode.model import load_policy
+from swarmnode.sampler import SwarmSampler
+from swarmnode.trainer import Trainer
+from tests.conftest import tiny_config
+from tests.test_ingest import CFG, SPEC, Clock, make_group, score
+
+
+def queue_with(clock: Clock, peers: dict[str, int], start: int = 0, **cfg: Any) -> IngestQueue:
+    """A queue holding ``peers[p]`` verified groups (one right, one wrong) per peer."""
+    sapo = SapoConfig(**{"queue_groups": 64, "max_peer_share": 1.0, **cfg})
+    q = IngestQueue(sapo, Catalog([SPEC]), score, clock=clock)
+    index = start
+    for peer, n in peers.items():
+        for _ in range(n):
+            assert q.offer(peer, [make_group(index)]) == 1
+            index += 1
+    return q
+
+
+def local(n: int, with_signal: bool = True, start: int = 500) -> list[RolloutGroup]:
+    out = []
+    for i in range(n):
+        g = make_group(start + i)
+        if not with_signal:
+            g.rewards = [0.0] * len(g.rewards)
+        out.append(g)
+    return out
+
+
+def sampler(q: IngestQueue, clock: Clock, **cfg: Any) -> SwarmSampler:
+    return SwarmSampler(SapoConfig(**cfg), q, seed=3, clock=clock)
+
+
+def test_uniform_exact_mix_when_enough_external() -> None:
+    clock = Clock()
+    q = queue_with(clock, {"p1": 3, "p2": 3, "p3": 3})
+    s = sampler(q, clock, local_groups=2, external_groups=3)
+    comp = s.compose(1, local(4))
+    assert (comp.local, comp.external, comp.shortfall) == (2, 3, 0)
+    assert len(comp.groups) == 5
+    assert [g.is_local for g in comp.groups] == [True, True, False, False, False]
+    keys = [g.ref.key for g in comp.groups]
+    assert len(set(keys)) == 5  # never a group twice
+    assert len(q) == 6 and q.stats.taken == 3  # taken groups leave the queue
+    assert comp.external_peers == len({g.origin for g in comp.groups if not g.is_local})
+    # Deterministic given (seed, round) and the queue's content.
+    q2 = queue_with(clock, {"p1": 3, "p2": 3, "p3": 3})
+    again = sampler(q2, clock, local_groups=2, external_groups=3).compose(1, local(4))
+    assert [g.ref.key for g in again.groups] == keys
+
+
+def test_uniform_fills_up_with_local_and_reports_shortfall() -> None:
+    clock = Clock()
+    q = queue_with(clock, {"p1": 1})
+    comp = sampler(q, clock, local_groups=2, external_groups=3).compose(1, local(4))
+    assert (comp.local, comp.external, comp.shortfall) == (4, 1, 2)
+    assert len(q) == 0
+    # Nothing to fill up with: the update is smaller, and says so.
+    comp = sampler(q, clock, local_groups=2, external_groups=3).compose(2, local(2))
+    assert (comp.local, comp.external, comp.shortfall) == (2, 0, 3)
+
+
+def test_zero_advantage_groups_never_trained_on(tiny_model_dir: Path, tmp_path: Path) -> None:
+    clock = Clock()
+    q = queue_with(clock, {"p1": 2})
+    # A peer's group with no signal after our re-scoring never enters the queue...
+    flat = make_group(900, right=2, wrong=0)
+    assert q.offer("p1", [flat]) == 0 and q.stats.rejected["no_signal"] == 1
+    # ...and a local one is skipped by the update (uniform mode passes it through).
+    comp = sampler(q, clock, local_groups=2, external_groups=2).compose(
+        1, [*local(1, with_signal=False), *local(1, start=600)]
+    )
+    assert (comp.local, comp.external) == (2, 2)
+    flat_local = comp.groups[0]
+    assert group_advantages(flat_local.rewards) == [0.0] * len(flat_local.rewards)
+    cfg = parse_config(tiny_config(tiny_model_dir, tmp_path))
+    trainer = Trainer(cfg, load_policy(cfg.model))
+    step = trainer.update(comp.groups)
+    assert (step.groups_trained, step.groups_skipped) == (3, 1)
+    # The adaptive mode does not even spend a slot on it.
+    q = queue_with(clock, {"p1": 2}, start=50)
+    comp = sampler(q, clock, local_groups=2, external_groups=2, mode="adaptive").compose(
+        1, [*local(1, with_signal=False), *local(1, start=600)]
+    )
+    assert all(g.has_signal for g in comp.groups) and (comp.local, comp.external) == (1, 2)
+
+
+def test_adaptive_shifts_to_external_when_local_groups_lack_signal() -> None:
+    clock = Clock()
+    q = queue_with(clock, {"p1": 4, "p2": 4})
+    comp = sampler(q, clock, local_groups=2, external_groups=2, mode="adaptive").compose(
+        1, local(2, with_signal=False)
+    )
+    assert (comp.local, comp.external, comp.shortfall) == (0, 4, 0)
+    # Uniform keeps the two useless local groups and takes only J external ones.
+    q = queue_with(clock, {"p1": 4, "p2": 4})
+    comp = sampler(q, clock, local_groups=2, external_groups=2).compose(
+        1, local(2, with_signal=False)
+    )
+    assert (comp.local, comp.external) == (2, 2)
+
+
+def test_adaptive_keeps_a_quarter_local_when_local_groups_have_signal() -> None:
+    clock = Clock()
+    budget = 8
+    q = queue_with(clock, {"p1": 10, "p2": 10})
+    adaptive = sampler(q, clock, local_groups=0, external_groups=budget, mode="adaptive")
+    comp = adaptive.compose(1, local(4))
+    assert comp.local == math.ceil(budget / 4) and comp.external == budget - comp.local
+    # With no useful local group at all, every slot may go external.
+    comp = adaptive.compose(2, local(4, with_signal=False))
+    assert (comp.local, comp.external) == (0, budget)
+
+
+def test_adaptive_distrusts_a_lying_peer() -> None:
+    """Both peers send equally useful groups, but ``liar`` claims rewards our re-scoring
+    contradicts: adaptive sampling takes it less and less; uniform does not notice."""
+    clock = Clock()
+
+    def fill() -> IngestQueue:
+        sapo = SapoConfig(queue_groups=64, max_peer_share=1.0)
+        q = IngestQueue(sapo, Catalog([SPEC]), score, clock=clock)
+        for i in range(12):
+            assert q.offer("honest", [make_group(i)]) == 1
+            assert q.offer("liar", [make_group(100 + i, claimed=[0.0, 1.0])]) == 1
+        return q
+
+    picks: dict[str, Counter[str]] = {}
+    for mode in ("uniform", "adaptive"):
+        q = fill()
+        s = sampler(q, clock, local_groups=0, external_groups=4, mode=mode)
+        picks[mode] = Counter()
+        for r in range(1, 5):
+            comp = s.compose(r, [])
+            picks[mode].update(g.origin for g in comp.groups)
+        if mode == "adaptive":
+            assert s.peer_trust["honest"] == 1.0 and s.peer_trust["liar"] < 0.2
+    assert q.stats.claims_false == 12
+    share = {m: c["liar"] / sum(c.values()) for m, c in picks.items()}
+    assert share["adaptive"] <= 0.25 and share["uniform"] >= 0.4, picks
+
+
+def test_catalog_reference_matches_ingest_fixture() -> None:
+    # Guard for the helpers above: the shared fixture's items are in the catalog.
+    assert Catalog([SPEC]).allows(ItemRef("basic_arithmetic", CFG, 7, 1))

@@ -104,10 +104,10 @@ class Node:
 
     async def run(self) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        dump_config(self.cfg, self.data_dir / "config.resolved.yaml")
         self._install_signals()
         control = ControlServer(self.data_dir, self.link.transport, self.status)
-        await control.start()  # refuses a second node on the same data_dir
+        await control.start()  # refuses a second node on the same data_dir: before any write
+        dump_config(self.cfg, self.data_dir / "config.resolved.yaml")
         trainer: Trainer | None = None
         ckpt = Checkpointer(self.data_dir / "checkpoints", keep=self.cfg.checkpoint.keep)
         saved = 0

@@ -1,0 +1,383 @@
+"""Round benchmark: one swarmnode round vs one TRL GRPOTrainer step, side by side.
+
+Both systems do the same work on this CPU, in one process, with the same torch
+thread count: the embedded SmolLM2-135M-Instruct (fp32), a fresh LoRA adapter
+(r=16, alpha=32, every linear layer, no dropout), 2 reasoning-gym questions from
+swarmnode's default task mix (same items, same system prompt, same chat
+template) x 8 completions of at most 48 new tokens at temperature 1.0, rewarded
+by ``swarmnode.rewards.accuracy_reward``, then one optimizer step (AdamW, lr 2e-4,
+clip 0.2/0.28, token-level loss, grad-norm clip 1.0).
+
+- swarmnode: ``Trainer.rollout(r)`` (shared-prefix KV-cache sampling + scoring)
+  then ``Trainer.update(groups)`` (one GRPO step), as ``node.run_round`` does,
+  at its defaults: it samples with bf16 weights where the CPU has bf16
+  instructions (``rollout.dtype: auto``; ``--rollout-dtype float32`` to compare
+  like for like) and trains in fp32.
+  ``update`` skips groups whose rewards are all equal; with a 135M model that is
+  most groups, which would time an empty step. Unless ``--allow-skip`` is given,
+  such a group gets a tiny reward ramp (1e-3 * j, timing only) so that every
+  completion is trained on, as TRL trains on every completion.
+- TRL: ``GRPOTrainer`` at its fastest correct settings here: beta=0 (no reference
+  forward), num_iterations=1 and one gradient-accumulation step of 16 completions
+  (so no "old log-prob" forward and exactly one generation per optimizer step;
+  ``--trl-micro-batch 8`` splits its forward/backward in two, as swarmnode
+  splits per group, and lowers its memory peak),
+  no gradient checkpointing (TRL's default is on), fp32, plain
+  ``model.generate``, logging and saving off. Each optimizer step is timed by a
+  ``TrainerCallback`` (on_step_begin .. on_step_end); its generation + scoring by
+  wrapping ``_generate_and_score_completions``; train = step - generation. By
+  design TRL also computes per-token entropies in its loss forward.
+
+The two alternate inside TRL's training loop (TRL step k, then swarmnode round k;
+the order flips every round) so machine noise hits both alike. The first
+``--warmup`` rounds of each are not timed. The prompts TRL tokenised are checked
+against swarmnode's. Peak memory is ~10 GiB, mostly TRL's 16-row loss forward
+(full-vocabulary logits and entropies). The last line is ``name=value`` pairs; ``ratio`` is
+ours / TRL of the median round times (goal: <= 0.5).
+
+    .venv/bin/python scripts/bench_round.py                # 1 warm-up + 5 timed rounds
+    .venv/bin/python scripts/bench_round.py --rounds 2 --threads 1
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+QUESTIONS = 2
+COMPLETIONS = 8
+MAX_NEW_TOKENS = 48
+
+
+@dataclass
+class Timing:
+    """One round of one system: seconds, split, and how much it produced."""
+
+    total: float = 0.0
+    gen: float = 0.0
+    tokens: int = 0  # completion tokens generated (EOS included)
+    note: str = ""
+
+    @property
+    def train(self) -> float:
+        return self.total - self.gen
+
+
+@dataclass
+class Results:
+    ours: dict[int, Timing] = field(default_factory=dict)
+    trl: dict[int, Timing] = field(default_factory=dict)
+
+
+def parse_args() -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rounds", type=int, default=5, help="timed rounds per system (default 5)")
+    p.add_argument("--warmup", type=int, default=1, help="untimed rounds first (default 1)")
+    p.add_argument(
+        "--threads",
+        type=int,
+        default=os.cpu_count() or 1,
+        help="torch threads (default: all cores)",
+    )
+    p.add_argument(
+        "--allow-skip",
+        action="store_true",
+        help="let swarmnode skip groups without reward signal (times its real, often empty, step)",
+    )
+    p.add_argument("--seed", type=int, default=0, help="seed for both systems (default 0)")
+    p.add_argument(
+        "--rollout-dtype",
+        choices=["auto", "float32", "bfloat16"],
+        default="auto",
+        help="swarmnode's rollout.dtype (default auto: bf16 where the CPU has bf16 instructions)",
+    )
+    p.add_argument(
+        "--trl-micro-batch",
+        type=int,
+        choices=[2, 4, 8, 16],
+        default=16,
+        help="TRL completions per forward/backward (default 16 = one pass; 8 halves its memory)",
+    )
+    args = p.parse_args()
+    if args.rounds < 1 or args.warmup < 0 or args.threads < 1:
+        p.error("--rounds and --threads must be >= 1, --warmup >= 0")
+    return args
+
+
+def with_signal(group: Any) -> Any:
+    """The group itself if its rewards differ, else a copy with a tiny ramp added.
+
+    Only for timing: it makes ``grpo_step`` do the forward/backward that TRL does
+    on every group, instead of skipping a group with zero advantages.
+    """
+    if max(group.rewards) - min(group.rewards) > 1e-6:
+        return group
+    return replace(group, rewards=[r + 1e-3 * j for j, r in enumerate(group.rewards)])
+
+
+def completion_text(completion: Any) -> str:
+    """TRL passes conversational completions as [{"role": "assistant", "content": ...}]."""
+    if isinstance(completion, list):
+        return "".join(m.get("content", "") for m in completion if isinstance(m, dict))
+    return str(completion)
+
+
+def main() -> int:
+    args = parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never touch the hub
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        import trl
+        from trl import GRPOConfig, GRPOTrainer
+    except ImportError as err:
+        print(
+            f"error: TRL is needed for this benchmark ({err}); "
+            "install the dev extra: pip install -e '.[dev]'",
+            file=sys.stderr,
+        )
+        return 2
+
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from transformers import TrainerCallback
+
+    from swarmnode.config import parse_config
+    from swarmnode.model import load_policy, load_tokenizer, quiet_transformers, resolve_source
+    from swarmnode.rewards import accuracy_reward
+    from swarmnode.trainer import Trainer
+
+    torch.set_num_threads(args.threads)
+    quiet_transformers()
+    steps = args.warmup + args.rounds
+    cfg = parse_config(
+        {
+            "model": {"device": "cpu", "dtype": "float32", "threads": args.threads},
+            "rollout": {
+                "questions_per_round": QUESTIONS,
+                "completions_per_question": COMPLETIONS,
+                "max_new_tokens": MAX_NEW_TOKENS,
+                "temperature": 1.0,
+                "top_p": 1.0,
+                "dtype": args.rollout_dtype,
+            },
+            "train": {"seed": args.seed, "kl_coef": 0.0},
+        },
+        "bench",
+    )
+    lora = cfg.model.lora
+    assert lora.enabled and lora.rank == 16 and lora.alpha == 32 and lora.dropout == 0.0
+    source = resolve_source(cfg.model)  # the dequantized embedded model, a plain HF folder
+    ours = Trainer(cfg, load_policy(cfg.model, seed=args.seed))
+    tasks = ours.tasks
+
+    # Step k of TRL and round k of swarmnode see the same items: node rounds count
+    # from 1, and TRL's sampler (shuffle off) walks the dataset in order.
+    entries: list[dict[str, Any]] = []
+    rows: list[dict[str, Any]] = []
+    for k in range(steps):
+        for ref in tasks.sample(k + 1, QUESTIONS):
+            entry = tasks.regenerate(ref)
+            rows.append({"prompt": tasks.messages(entry["question"]), "item": len(entries)})
+            entries.append(entry)
+    expected_prompts = [
+        sorted(
+            {
+                tuple(ours.prompt_ids(entries[k * QUESTIONS + i]["question"]))
+                for i in range(QUESTIONS)
+            }
+        )
+        for k in range(steps)
+    ]
+
+    def accuracy(completions: list[Any], item: list[int], **_: Any) -> list[float]:
+        return [
+            accuracy_reward(completion_text(c), entries[i])
+            for c, i in zip(completions, item, strict=True)
+        ]
+
+    t = cfg.train
+    trl_args = GRPOConfig(
+        output_dir=tempfile.mkdtemp(prefix="bench-round-"),
+        use_cpu=True,
+        bf16=False,
+        fp16=False,
+        model_init_kwargs={"dtype": "float32"},
+        gradient_checkpointing=False,  # TRL turns it on by default: recomputation costs time
+        # One generation batch of 16 = one optimizer step (steps_per_generation defaults
+        # to gradient_accumulation_steps, so nothing is generated twice or reused).
+        per_device_train_batch_size=args.trl_micro_batch,
+        gradient_accumulation_steps=QUESTIONS * COMPLETIONS // args.trl_micro_batch,
+        num_generations=COMPLETIONS,
+        num_iterations=1,  # on-policy: no old-log-prob forward
+        beta=0.0,  # no KL: no reference model, no reference forward
+        max_completion_length=MAX_NEW_TOKENS,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        learning_rate=t.learning_rate,
+        lr_scheduler_type="constant",
+        weight_decay=t.weight_decay,
+        max_grad_norm=t.max_grad_norm,
+        epsilon=t.clip_low,
+        epsilon_high=t.clip_high,
+        loss_type="dapo",  # token-level mean, as swarmnode's loss
+        scale_rewards="group",
+        max_steps=steps,
+        shuffle_dataset=False,
+        seed=args.seed,
+        logging_strategy="no",
+        save_strategy="no",
+        report_to="none",
+        disable_tqdm=True,
+        log_completions=False,
+        dataloader_num_workers=0,
+    )
+    peft_config = LoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    theirs = GRPOTrainer(
+        model=str(source),
+        reward_funcs=[accuracy],
+        args=trl_args,
+        train_dataset=Dataset.from_list(rows),
+        processing_class=load_tokenizer(source),
+        peft_config=peft_config,
+    )
+    torch.set_num_threads(args.threads)  # in case accelerate changed it
+
+    results = Results()
+    gen_calls: list[list[list[int]]] = []  # per TRL step: prompt ids of each generate call
+
+    def timed_generate_and_score(inner: Any) -> Any:
+        def wrapper(*a: Any, **kw: Any) -> Any:
+            t0 = time.perf_counter()
+            out = inner(*a, **kw)
+            results.trl[current_step()].gen += time.perf_counter() - t0
+            return out
+
+        return wrapper
+
+    def counted_generate(inner: Any) -> Any:
+        def wrapper(prompt_ids: list[list[int]], *a: Any, **kw: Any) -> Any:
+            completion_ids, logprobs = inner(prompt_ids, *a, **kw)
+            gen_calls.append([list(p) for p in prompt_ids])
+            results.trl[current_step()].tokens += sum(len(c) for c in completion_ids)
+            return completion_ids, logprobs
+
+        return wrapper
+
+    def current_step() -> int:
+        return theirs.state.global_step
+
+    theirs._generate_and_score_completions = timed_generate_and_score(  # type: ignore[method-assign]
+        theirs._generate_and_score_completions
+    )
+    theirs._generate_single_turn = counted_generate(theirs._generate_single_turn)  # type: ignore[method-assign]
+
+    def run_ours(k: int) -> None:
+        t0 = time.perf_counter()
+        groups, gen = ours.rollout(k + 1)
+        t1 = time.perf_counter()
+        natural_skips = sum(1 for g in groups if max(g.rewards) - min(g.rewards) <= 1e-6)
+        if not args.allow_skip:
+            groups = [with_signal(g) for g in groups]
+        step = ours.update(groups)
+        t2 = time.perf_counter()
+        note = f"no-signal groups {natural_skips}, trained {step.groups_trained}"
+        results.ours[k] = Timing(total=t2 - t0, gen=t1 - t0, tokens=gen.tokens, note=note)
+
+    class Interleave(TrainerCallback):  # type: ignore[misc]
+        """Times each TRL optimizer step; runs swarmnode's round k before or after it."""
+
+        def __init__(self) -> None:
+            self.t0 = 0.0
+            self.calls_before = 0
+
+        def on_step_begin(self, args_: Any, state: Any, control: Any, **_: Any) -> None:
+            k = state.global_step
+            if k % 2 == 1:
+                run_ours(k)
+            if torch.get_num_threads() != args.threads:
+                torch.set_num_threads(args.threads)
+            results.trl[k] = Timing()
+            self.calls_before = len(gen_calls)
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args_: Any, state: Any, control: Any, **_: Any) -> None:
+            elapsed = time.perf_counter() - self.t0
+            k = state.global_step - 1  # already advanced past the step that just ended
+            timing = results.trl[k]
+            timing.total = elapsed
+            calls = gen_calls[self.calls_before :]
+            prompts = sorted({tuple(p) for c in calls for p in c})
+            same = prompts == expected_prompts[k]
+            timing.note = f"generate calls {len(calls)}, prompts {'same' if same else 'DIFFER'}"
+            if len(calls) != 1 or not same:
+                print(f"warning: TRL step {k}: {timing.note}", file=sys.stderr)
+            if k % 2 == 0:
+                run_ours(k)
+            ours_t = results.ours[k]
+            tag = "warm-up" if k < args.warmup else "timed  "
+            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+            print(
+                f"round {k} {tag} ours {ours_t.total:6.2f}s (gen {ours_t.gen:5.2f} + train "
+                f"{ours_t.train:5.2f}, {ours_t.tokens} tok, {ours_t.note}) "
+                f"| TRL {timing.total:6.2f}s "
+                f"(gen {timing.gen:5.2f} + train {timing.train:5.2f}, {timing.tokens} tok, "
+                f"{timing.note}) peak RSS {rss_mb:.0f} MiB",
+                flush=True,
+            )
+
+    theirs.add_callback(Interleave())
+    print(
+        f"bench_round: torch {torch.__version__}, trl {trl.__version__}, threads {args.threads}, "
+        f"ours samples in {str(ours.sample_dtype).removeprefix('torch.')}, TRL in float32, "
+        f"TRL micro-batch {args.trl_micro_batch}, "
+        f"{QUESTIONS}x{COMPLETIONS} completions <= {MAX_NEW_TOKENS} tokens, "
+        f"warm-up {args.warmup}, timed {args.rounds}, "
+        f"skip {'allowed' if args.allow_skip else 'off'}",
+        flush=True,
+    )
+    theirs.train()
+
+    timed = range(args.warmup, steps)
+
+    def med(system: dict[int, Timing], attr: str) -> float:
+        return statistics.median(getattr(system[k], attr) for k in timed)
+
+    ours_med, trl_med = med(results.ours, "total"), med(results.trl, "total")
+    figures = {
+        "ours_median_s": ours_med,
+        "trl_median_s": trl_med,
+        "ratio": ours_med / trl_med,
+        "ours_gen_s": med(results.ours, "gen"),
+        "ours_train_s": med(results.ours, "train"),
+        "trl_gen_s": med(results.trl, "gen"),
+        "trl_train_s": med(results.trl, "train"),
+        "ours_tokens": med(results.ours, "tokens"),
+        "trl_tokens": med(results.trl, "tokens"),
+    }
+    print(
+        " ".join(f"{k}={v:.3f}" for k, v in figures.items())
+        + f" rounds={args.rounds} threads={args.threads}"
+        + f" peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

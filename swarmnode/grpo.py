@@ -62,9 +62,16 @@ def group_advantages(rewards: Sequence[float], eps: float = 1e-4) -> list[float]
 
 
 def completion_logprobs(
-    model: torch.nn.Module, prompt_ids: list[int], completions: list[list[int]], pad_id: int
+    model: torch.nn.Module,
+    prompt_ids: list[int],
+    completions: list[list[int]],
+    pad_id: int,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probabilities of each completion token, prompt forwarded once for all rows.
+
+    Logits are divided by the sampling ``temperature``: the policy being optimised is
+    the distribution the completions were drawn from.
 
     Returns (logp [n, L], mask [n, L]); grads flow through both the prompt and the
     completion forward.
@@ -82,7 +89,7 @@ def completion_logprobs(
     cache.batch_repeat_interleave(n)
     first = out.logits[:, -1:].expand(n, -1, -1)  # predicts each completion's 1st token
     if width == 1:
-        logits = first.float()
+        logits = first.float() / temperature
         return logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1), mask
     p = len(prompt_ids)
     out = model(
@@ -92,7 +99,7 @@ def completion_logprobs(
         **with_cache(model, cache),
         use_cache=True,
     )
-    logits = torch.cat([first, out.logits], dim=1).float()
+    logits = torch.cat([first, out.logits], dim=1).float() / temperature
     logp = logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
     return logp, mask
 
@@ -104,6 +111,7 @@ def grpo_step(
     cfg: TrainConfig,
     pad_id: int,
     micro_batch_size: int | None = None,
+    temperature: float = 1.0,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> StepStats:
     """One policy-gradient step on ``groups`` (already tokenised, with advantages)."""
@@ -125,14 +133,16 @@ def grpo_step(
                 raise InterruptedError("stop requested during the update")
             comps = group.completion_ids[start : start + step]
             adv = torch.tensor(group.advantages[start : start + step], device=_dev(model))
-            logp, mask = completion_logprobs(model, group.prompt_ids, comps, pad_id)
+            logp, mask = completion_logprobs(model, group.prompt_ids, comps, pad_id, temperature)
             ratio = torch.exp(logp - logp.detach())  # = 1; carries the gradient
             a = adv[:, None]
             surrogate = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * a)
             per_token = -surrogate
             if reference is not None:  # the frozen base = the adapter switched off
                 with torch.no_grad(), reference():
-                    ref_logp, _ = completion_logprobs(model, group.prompt_ids, comps, pad_id)
+                    ref_logp, _ = completion_logprobs(
+                        model, group.prompt_ids, comps, pad_id, temperature
+                    )
                 d = ref_logp - logp
                 kl = torch.exp(d) - d - 1
                 per_token = per_token + cfg.kl_coef * kl

@@ -165,5 +165,6 @@ class Trainer:
             self.cfg.train,
             self.pad_id,
             micro_batch_size=self.cfg.train.micro_batch_size,
+            temperature=self.cfg.rollout.temperature,
             should_stop=should_stop,
         )

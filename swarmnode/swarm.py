@@ -47,6 +47,7 @@ log = logging.getLogger("swarmnode.swarm")
 
 POLL_S = 1.0  # how often the ingest task wakes without messages (checks the transport)
 SLOW_OFFER_S = 30.0  # an offer slower than this is logged
+DEAD_THREAD = "the libp2p thread stopped unexpectedly (see the log above)"
 
 
 class SwarmError(Exception):
@@ -145,7 +146,9 @@ class SwarmLink:
         if task.cancelled():
             return
         err = task.exception()
-        if err is not None:
+        if isinstance(err, SwarmError):
+            self._fail(str(err))
+        elif err is not None:
             log.error("ingest task crashed", exc_info=err)
             self._fail(f"ingest task crashed: {err!r}")
 
@@ -159,7 +162,7 @@ class SwarmLink:
         while True:
             item = await transport.inbox.get(timeout=POLL_S)
             if not transport.running:
-                raise SwarmError("the libp2p thread stopped unexpectedly (see the log above)")
+                raise SwarmError(DEAD_THREAD)
             if item is None:
                 continue
             try:  # validated in the libp2p thread already; re-checked, never trusted
@@ -184,6 +187,9 @@ class SwarmLink:
     async def publish(self, round_index: int, groups: Sequence[RolloutGroup]) -> int:
         """Share the round's groups (one message unless too large); return bytes queued."""
         if self.transport is None or not self.cfg.sapo.publish or not groups:
+            return 0
+        if not self.transport.running:  # died since the ingest task last looked
+            self._fail(DEAD_THREAD)
             return 0
         payloads = await asyncio.to_thread(
             encode_round, self.cfg.swarm.name, round_index, list(groups), self.publish_dropped

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -25,14 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+from localswarm import REPO, bootstrap_addr, free_port, start_node, swarm_section
 
 
 def node_config(
@@ -51,14 +43,7 @@ def node_config(
         "local_groups": max(1, q // 2),
         "external_groups": max(1, q // 2),
     }
-    cfg["swarm"] = {
-        **cfg.get("swarm", {}),
-        "enabled": True,
-        "name": "demo",
-        "listen": [f"/ip4/127.0.0.1/tcp/{port}"],
-        "bootstrap": [boot] if boot else [],
-        "mdns": False,
-    }
+    cfg["swarm"] = {**cfg.get("swarm", {}), **swarm_section("demo", port, boot)}
     return cfg
 
 
@@ -93,8 +78,6 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "demo")
     args = ap.parse_args()
 
-    from swarmnode.p2p.identity import identity_path, load_or_create_identity, peer_id_of
-
     base = yaml.safe_load(args.config.read_text())
     args.out.mkdir(parents=True, exist_ok=True)
     threads = max(1, (os.cpu_count() or 1) // args.nodes)
@@ -105,28 +88,8 @@ def main() -> None:
             port = free_port()
             cfg = node_config(base, i, args.out, port, boot, args.rounds, threads)
             if i == 0:  # the others dial node 0: its identity must exist before it starts
-                data = Path(cfg["node"]["data_dir"])
-                data.mkdir(parents=True, exist_ok=True)
-                key, _ = load_or_create_identity(identity_path(data))
-                boot = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(key)}"
-            path = args.out / f"node-{i}.yaml"
-            path.write_text(yaml.safe_dump(cfg, sort_keys=False))
-            proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "swarmnode.cli",
-                    "start",
-                    "--config",
-                    str(path),
-                    "--log-level",
-                    "warning",
-                ],
-                cwd=REPO,
-                stdout=subprocess.PIPE,
-                text=True,
-                env={**os.environ, "OMP_NUM_THREADS": str(threads)},
-            )
+                boot = bootstrap_addr(Path(cfg["node"]["data_dir"]), port)
+            proc = start_node(cfg, args.out / f"node-{i}.yaml", threads, subprocess.PIPE)
             procs.append(proc)
             threading.Thread(target=pump, args=(f"node-{i}", proc.stdout), daemon=True).start()
         print(f"{args.nodes} nodes started; data under {args.out}", flush=True)

@@ -20,17 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from swarmnode.metrics import read_metrics  # noqa: E402
-
-
-def moving_average(xs: list[float], window: int) -> list[float]:
-    out, total = [], 0.0
-    for i, x in enumerate(xs):
-        total += x
-        if i >= window:
-            total -= xs[i - window]
-        out.append(total / min(i + 1, window))
-    return out
+from swarmnode.metrics import moving_average, read_metrics  # noqa: E402
 
 
 def plot(rounds: list[int], rewards: list[float], avg: list[float], path: Path, title: str) -> None:

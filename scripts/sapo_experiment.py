@@ -24,9 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -34,19 +32,13 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from localswarm import REPO, bootstrap_addr, free_port, start_node, swarm_section
 
-REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from swarmnode.metrics import read_metrics  # noqa: E402
+from swarmnode.metrics import moving_average, read_metrics
 
 CONFIGS = ("none", "balanced", "heavy", "adaptive")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def sharing(name: str, budget: int) -> dict[str, Any]:
@@ -91,53 +83,23 @@ def node_config(
     rollout["max_new_tokens"] = args.max_new_tokens
     cfg["checkpoint"] = {"every_rounds": max(1, args.rounds), "keep": 1}
     cfg["sapo"] = {**cfg.get("sapo", {}), **sharing(name, args.questions)}
-    cfg["swarm"] = {
-        "enabled": name != "none",
-        "name": f"exp-{name}",
-        "listen": [f"/ip4/127.0.0.1/tcp/{port}"],
-        "bootstrap": [boot] if boot else [],
-        "mdns": False,
-    }
+    cfg["swarm"] = swarm_section(f"exp-{name}", port, boot, enabled=name != "none")
     return cfg
 
 
 def run_configuration(name: str, args: argparse.Namespace, base: dict[str, Any]) -> list[Path]:
-    from swarmnode.p2p.identity import identity_path, load_or_create_identity, peer_id_of
-
     root = args.out / name
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     procs, dirs, boot = [], [], None
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
     for i in range(args.nodes):
         data = root / f"node-{i}"
         port = free_port()
         cfg = node_config(base, args, name, i, data, port, boot)
         if i == 0 and name != "none":
-            data.mkdir(parents=True)
-            key, _ = load_or_create_identity(identity_path(data))
-            boot = f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(key)}"
-        path = root / f"node-{i}.yaml"
-        path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+            boot = bootstrap_addr(data, port)
         log = (root / f"node-{i}.log").open("w")
-        procs.append(
-            subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "swarmnode.cli",
-                    "start",
-                    "--config",
-                    str(path),
-                    "--log-level",
-                    "warning",
-                ],
-                cwd=REPO,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        )
+        procs.append(start_node(cfg, root / f"node-{i}.yaml", args.threads, log))
         dirs.append(data)
     deadline = time.monotonic() + args.timeout
     for i, proc in enumerate(procs):
@@ -160,13 +122,6 @@ def heldout(dirs: list[Path], n: int) -> list[float]:
         cfg = load_config(d / "config.resolved.yaml")
         out.append(float(evaluate(cfg, n=n)["accuracy"]))
     return out
-
-
-def moving_average(xs: list[float], window: int) -> list[float]:
-    return [
-        sum(xs[max(0, k - window + 1) : k + 1]) / len(xs[max(0, k - window + 1) : k + 1])
-        for k in range(len(xs))
-    ]
 
 
 def plot(curves: dict[str, list[float]], path: Path, window: int) -> None:

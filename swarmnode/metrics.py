@@ -65,6 +65,21 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
     return out
 
 
+def moving_average(xs: Sequence[float], window: int) -> list[float]:
+    """Mean of the last ``window`` values at each position (fewer at the start).
+
+    >>> moving_average([1.0, 3.0, 5.0], 2)
+    [1.0, 2.0, 4.0]
+    """
+    out, total = [], 0.0
+    for i, x in enumerate(xs):
+        total += x
+        if i >= window:
+            total -= xs[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
 def progress_line(rec: dict[str, Any]) -> str:
     """The human summary printed per round."""
     return (

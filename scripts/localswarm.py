@@ -1,0 +1,67 @@
+"""Run swarmnode nodes as local processes on loopback (for demo.py and sapo_experiment.py).
+
+Node 0 of a swarm is the others' bootstrap peer: its identity is made before it
+starts, so the others know its peer ID in advance.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bootstrap_addr(data_dir: Path, port: int) -> str:
+    """Create the node's identity in ``data_dir``; return its loopback multiaddr."""
+    from swarmnode.p2p.identity import identity_path, load_or_create_identity, peer_id_of
+
+    data_dir.mkdir(parents=True, exist_ok=True)
+    key, _ = load_or_create_identity(identity_path(data_dir))
+    return f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(key)}"
+
+
+def swarm_section(name: str, port: int, boot: str | None, enabled: bool = True) -> dict[str, Any]:
+    return {
+        "enabled": enabled,
+        "name": name,
+        "listen": [f"/ip4/127.0.0.1/tcp/{port}"],
+        "bootstrap": [boot] if boot else [],
+        "mdns": False,
+    }
+
+
+def start_node(
+    cfg: dict[str, Any], path: Path, threads: int, stdout: int | IO[Any] | None
+) -> subprocess.Popen[str]:
+    """Write ``cfg`` to ``path`` and start `swarmnode start` on it."""
+    path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "swarmnode.cli",
+            "start",
+            "--config",
+            str(path),
+            "--log-level",
+            "warning",
+        ],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": str(threads)},
+        stdout=stdout,
+        stderr=subprocess.STDOUT if stdout not in (None, subprocess.PIPE) else None,
+        text=True,
+    )

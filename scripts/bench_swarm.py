@@ -41,6 +41,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -261,6 +262,8 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
         "msg_bytes": round(statistics.mean(r["published_bytes"] for r in sw)),
         "bytes_in_per_round": round(status["swarm"]["bytes_in"] / max(1, status["node"]["round"])),
     }
+    if not args.keep:  # kept on failure, for the logs
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
@@ -276,6 +279,7 @@ def main() -> None:
     ap.add_argument("--external", type=int, default=0, help="J of the swarm node")
     ap.add_argument("--model", default=None, help="model folder (default: a tiny llama)")
     ap.add_argument("--timeout", type=float, default=900)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary run folder")
     ap.add_argument("--skip-embedded", action="store_true", help="skip the embedded-model bytes")
     args = ap.parse_args()
     out = asyncio.run(amain(args))

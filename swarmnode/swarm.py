@@ -24,7 +24,9 @@ Invariants:
 - A batch that does not encode is halved until it does; a single group that still
   cannot be sent is dropped and counted (``publish_dropped``), never fatal.
 - With ``swarm.enabled`` false there is no transport and no queue: the sampler sees
-  no external groups and reports the shortfall when J > 0.
+  no external groups and reports the shortfall when J > 0. With J = 0 in a swarm,
+  groups are still verified (cheap: see scripts/bench_swarm.py), so ``status`` shows
+  what the swarm offers before one turns sharing on.
 """
 
 from __future__ import annotations

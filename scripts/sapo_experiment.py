@@ -18,12 +18,14 @@ no sharing, held-out accuracy). The last line printed is `name=value` figures.
 
     python scripts/sapo_experiment.py --nodes 4 --rounds 30
     python scripts/sapo_experiment.py --quick --model tests-tiny-model-dir
+    python scripts/sapo_experiment.py --resume   # skip configurations already complete
 """
 
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import shutil
 import subprocess
 import sys
@@ -114,14 +116,25 @@ def run_configuration(name: str, args: argparse.Namespace, base: dict[str, Any])
 
 
 def heldout(dirs: list[Path], n: int) -> list[float]:
+    """Held-out accuracy per node (cached in the node's folder as heldout.json)."""
     from swarmnode.config import load_config
     from swarmnode.evaluate import evaluate
 
     out = []
     for d in dirs:
-        cfg = load_config(d / "config.resolved.yaml")
-        out.append(float(evaluate(cfg, n=n)["accuracy"]))
+        cache = d / "heldout.json"
+        if not cache.is_file():
+            cfg = load_config(d / "config.resolved.yaml")
+            cache.write_text(json.dumps(evaluate(cfg, n=n)))
+        out.append(float(json.loads(cache.read_text())["accuracy"]))
     return out
+
+
+def finished(name: str, args: argparse.Namespace) -> list[Path] | None:
+    """The node folders of a configuration that already ran all its rounds, else None."""
+    dirs = [args.out / name / f"node-{i}" for i in range(args.nodes)]
+    done = all(len(read_metrics(d / "metrics.jsonl")) >= args.rounds for d in dirs)
+    return dirs if done else None
 
 
 def plot(curves: dict[str, list[float]], path: Path, window: int) -> None:
@@ -157,6 +170,11 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=3600, help="per configuration, seconds")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "sapo")
     ap.add_argument("--quick", action="store_true", help="2 nodes, 3 rounds, small batches")
+    ap.add_argument(
+        "--resume",
+        action="store_true",
+        help="reuse configurations that already ran all their rounds in --out",
+    )
     args = ap.parse_args()
     if args.quick:
         args.nodes, args.rounds, args.questions, args.completions = 2, 3, 2, 4
@@ -169,7 +187,7 @@ def main() -> None:
     held: dict[str, list[float]] = {}
     for name in names:
         t0 = time.monotonic()
-        dirs = run_configuration(name, args, base)
+        dirs = (args.resume and finished(name, args)) or run_configuration(name, args, base)
         for i, d in enumerate(dirs):
             for r in read_metrics(d / "metrics.jsonl"):
                 rows.append(

@@ -107,12 +107,13 @@ class Node:
         self._install_signals()
         control = ControlServer(self.data_dir, self.link.transport, self.status)
         await control.start()  # refuses a second node on the same data_dir: before any write
-        dump_config(self.cfg, self.data_dir / "config.resolved.yaml")
         trainer: Trainer | None = None
         ckpt = Checkpointer(self.data_dir / "checkpoints", keep=self.cfg.checkpoint.keep)
         saved = 0
-        metrics = MetricsLog(self.data_dir / "metrics.jsonl")
+        metrics: MetricsLog | None = None
         try:
+            dump_config(self.cfg, self.data_dir / "config.resolved.yaml")
+            metrics = MetricsLog(self.data_dir / "metrics.jsonl")
             await self.link.start_network()  # peers may connect while the model loads
             self.state = "loading"
             trainer = await asyncio.to_thread(build_trainer, self.cfg)
@@ -145,7 +146,8 @@ class Node:
                 if trainer is not None and self.round > saved:
                     await asyncio.to_thread(self._save, ckpt, trainer)
             finally:
-                metrics.close()
+                if metrics is not None:
+                    metrics.close()
                 await self.link.stop()
                 await control.stop()
         self.link.check()

@@ -176,6 +176,8 @@ def test_three_nodes_share_survive_bootstrap_loss_and_keep_ids(
             assert node["last_round"]["local_groups"] >= 1
         # The qwen node's groups were trained on by the llama nodes, and vice versa.
         assert b.metrics_from()[ids[c]] > 0 and c.metrics_from()[ids[b]] > 0
+        peers_text = cli("peers", "--data-dir", str(tmp_path / "b"))
+        assert ids[a] in peers_text and ids[c] in peers_text and "connected: 2" in peers_text
         # The intruder with another PSK never got a connection or a message.
         xs = intruder.swarm()
         assert xs["connected_peers"] == [] and xs["msgs_in"] == 0

@@ -278,6 +278,12 @@ class P2PHost:
                 delay = 1.0
                 await trio.sleep(self.cfg.discovery_interval_s)
                 continue
+            # py-libp2p refuses to redial a peer whose addresses all failed recently (a
+            # negative cache of tens of seconds); for a configured bootstrap peer our own
+            # capped backoff paces the dials, so a restarted bootstrap is found at once.
+            unblock = getattr(self.host.get_network(), "unblock_peer", None)
+            if unblock is not None:
+                unblock(info.peer_id)
             if await self._dial(info, "bootstrap_dial"):
                 delay = 1.0
                 continue

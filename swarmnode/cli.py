@@ -10,8 +10,10 @@ Invariants:
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
+import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -77,6 +79,8 @@ def start(
         config, {"node.max_rounds": max_rounds, "node.data_dir": data_dir and str(data_dir)}
     )
     _logging(log_level)
+    # `kill -USR1 <pid>` prints every thread's stack to stderr: for a node that seems stuck.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     from swarmnode.p2p.control import ControlError
     from swarmnode.p2p.identity import IdentityError
     from swarmnode.p2p.transport import TransportError

@@ -70,10 +70,17 @@ def node_config(
         node={"name": name},
         model={"threads": 1},
         swarm=swarm,
+        # Tiny models are rarely right, so most groups would carry no signal and be
+        # dropped: the format reward (re-scored by each receiver too) gives most
+        # groups a reward spread, and a low learning rate keeps that from drifting.
+        train={"learning_rate": 0.001, "format_reward_weight": 0.5},
         sapo={"local_groups": 2, "external_groups": 2},
         checkpoint={"every_rounds": 50},
     )
     return write_config(tmp / f"{name}.yaml", cfg)
+
+
+LIVE: list[Proc] = []  # for stack dumps when a wait times out
 
 
 class Proc:
@@ -82,6 +89,8 @@ class Proc:
     def __init__(self, config: Path, data: Path) -> None:
         self.data = data
         self.log = data.parent / f"{data.name}.log"
+        if self.log.exists():  # a restart: keep the earlier run's log
+            self.log.rename(self.log.with_suffix(f".{time.monotonic_ns()}.log"))
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(config)],
             cwd=REPO,
@@ -89,6 +98,7 @@ class Proc:
             stdout=subprocess.DEVNULL,
             stderr=self.log.open("wb"),
         )
+        LIVE.append(self)
 
     def status(self) -> dict[str, Any]:
         assert self.proc.poll() is None, f"{self.data.name} exited:\n{self.log.read_text()[-3000:]}"
@@ -126,10 +136,20 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def dump_stacks() -> str:
+    """Ask every live node for its thread stacks (SIGUSR1, see cli.start); their log tails."""
+    live = [p for p in LIVE if p.proc.poll() is None]
+    for p in live:
+        p.proc.send_signal(signal.SIGUSR1)
+    time.sleep(2)
+    return "\n".join(f"--- {p.data.name}:\n{p.log.read_text()[-6000:]}" for p in live)
+
+
 def wait_until(pred: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
     deadline = time.monotonic() + timeout
     while not pred():
-        assert time.monotonic() < deadline, f"timed out after {timeout}s waiting for {what}"
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{dump_stacks()}")
         time.sleep(0.3)
 
 
@@ -212,6 +232,7 @@ def test_three_nodes_share_survive_bootstrap_loss_and_keep_ids(
             if p.proc.poll() is None:
                 p.proc.kill()
                 p.proc.wait(timeout=30)
+        LIVE.clear()
 
 
 def _good_group(data_dir_cfg: dict[str, Any]) -> RolloutGroup:
@@ -262,3 +283,4 @@ def test_hostile_messages_to_a_running_node(tiny_model_dir: Path, tmp_path: Path
         if n.proc.poll() is None:
             n.proc.kill()
             n.proc.wait(timeout=30)
+        LIVE.clear()

@@ -101,11 +101,23 @@ async def worker(args: argparse.Namespace) -> None:
             arrivals.setdefault(r.peer_id, []).append((b.round, lat))
         await asyncio.sleep(0.01)
     st = t.stats()
-    print("RESULT " + json.dumps({
-        "peer_id": st["peer_id"], "sent": sent, "sizes": sizes, "arrivals": arrivals,
-        "peers": st["num_peers"], "mesh": st["mesh_size"], "rejected": st["rejected"],
-        "inbox_dropped": st["inbox_dropped"], "counters": st["counters"],
-    }), flush=True)
+    print(
+        "RESULT "
+        + json.dumps(
+            {
+                "peer_id": st["peer_id"],
+                "sent": sent,
+                "sizes": sizes,
+                "arrivals": arrivals,
+                "peers": st["num_peers"],
+                "mesh": st["mesh_size"],
+                "rejected": st["rejected"],
+                "inbox_dropped": st["inbox_dropped"],
+                "counters": st["counters"],
+            }
+        ),
+        flush=True,
+    )
     await t.stop()
 
 
@@ -116,10 +128,25 @@ async def coordinator(args: argparse.Namespace) -> None:
     addr = boot.stats()["listen_addrs"][0]
     procs = [
         subprocess.Popen(
-            [sys.executable, __file__, "--worker", str(i), "--boot", addr, "--data-dir",
-             str(tmp / f"n{i}"), "--seconds", str(args.seconds), "--preset", args.preset,
-             "--degree", str(args.degree)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+            [
+                sys.executable,
+                __file__,
+                "--worker",
+                str(i),
+                "--boot",
+                addr,
+                "--data-dir",
+                str(tmp / f"n{i}"),
+                "--seconds",
+                str(args.seconds),
+                "--preset",
+                args.preset,
+                "--degree",
+                str(args.degree),
+            ],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
         for i in range(args.nodes)
@@ -181,10 +208,13 @@ def report(args: argparse.Namespace, results: list[dict[str, Any]], boot: dict[s
         return 1000 * lats[min(len(lats) - 1, int(q * len(lats)))] if lats else float("nan")
 
     for r in results:
-        print(f"node {r['peer_id'][-6:]}: sent={r['sent']} peers={r['peers']} "
-              f"mesh={r['mesh']} rejected={r['rejected']} inbox_dropped={r['inbox_dropped']}")
-    print(f"bootstrap: peers={boot['num_peers']} mesh={boot['mesh_size']} "
-          f"counters={boot['counters']}")
+        print(
+            f"node {r['peer_id'][-6:]}: sent={r['sent']} peers={r['peers']} "
+            f"mesh={r['mesh']} rejected={r['rejected']} inbox_dropped={r['inbox_dropped']}"
+        )
+    print(
+        f"bootstrap: peers={boot['num_peers']} mesh={boot['mesh_size']} counters={boot['counters']}"
+    )
     print(
         f"nodes={args.nodes} seconds={args.seconds} preset={args.preset} degree={args.degree} "
         f"msgs_sent={sum(sent.values())} expected={expected} delivered={delivered} "

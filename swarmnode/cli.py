@@ -107,6 +107,32 @@ def start(
         raise _fail(f"network: {err}", code=1) from None
 
 
+@app.command("eval")
+def eval_(
+    config: ConfigOpt,
+    data_dir: DataDirOpt = None,
+    items: Annotated[int, typer.Option(help="Held-out items per dataset.", min=1)] = 50,
+    json_: Annotated[bool, typer.Option("--json", help="Print the raw result.")] = False,
+) -> None:
+    """Score the node's newest checkpoint on held-out items (seeds no node trains on)."""
+    cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)})
+    _logging("warning")
+    from swarmnode.evaluate import evaluate
+    from swarmnode.model import ModelLoadError
+
+    try:
+        result = evaluate(cfg, n=items)
+    except ModelLoadError as err:
+        raise _fail(str(err)) from None
+    if json_:
+        typer.echo(json.dumps(result, indent=1))
+        return
+    typer.echo(f"checkpoint round {result['round']}, {result['items']} held-out items")
+    for name, acc in sorted(result["per_dataset"].items()):
+        typer.echo(f"  {name:<28} {acc:.3f}")
+    typer.echo(f"  {'all':<28} {result['accuracy']:.3f}")
+
+
 def _data_dir(config: Path | None, data_dir: Path | None) -> Path:
     if data_dir is not None:
         return data_dir

@@ -17,3 +17,25 @@ def test_evaluate_is_deterministic_and_held_out(tiny_model_dir: Path, tmp_path: 
     assert first == second
     assert first["items"] == 4 and set(first["per_dataset"]) == {"basic_arithmetic"}
     assert 0.0 <= first["accuracy"] <= 1.0 and first["round"] == 0
+
+
+def test_eval_command(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from tests.conftest import write_config
+    from tests.test_checkpoint import ENV, REPO
+
+    config = write_config(tmp_path / "n.yaml", tiny_config(tiny_model_dir, tmp_path / "d"))
+    cmd = [sys.executable, "-m", "swarmnode.cli", "eval", "--config", str(config), "--items", "3"]
+    proc = subprocess.run(
+        [*cmd, "--json"], cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["items"] == 3 and set(result["per_dataset"]) == {"basic_arithmetic"}
+    text = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
+    assert "basic_arithmetic" in text.stdout and text.stdout.strip().endswith(
+        f"{result['accuracy']:.3f}"
+    )

@@ -137,3 +137,19 @@ def test_manifest_tampering_detected(tiny_model_dir: Path, tmp_path: Path) -> No
     assert ckpt.restore_latest(fresh.policy.model, fresh.optimizer, fresh.generator) == 1
     (tmp_path / "ck" / "round-000001" / "manifest.json").unlink()
     assert ckpt.restore_latest(fresh.policy.model, fresh.optimizer, fresh.generator) is None
+
+
+def test_full_finetuning_trains_and_restores(tiny_model_dir: Path, tmp_path: Path) -> None:
+    cfg = parse_config(tiny_config(tiny_model_dir, tmp_path, model={"lora": {"enabled": False}}))
+    trainer = Trainer(cfg, load_policy(cfg.model))
+    assert not trainer.policy.is_lora
+    before = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
+    ckpt = Checkpointer(tmp_path / "ck")
+    _train_and_save(trainer, ckpt, 2)
+    after = dict(trainer.policy.model.named_parameters())
+    assert any(not torch.equal(before[n], after[n]) for n in before)
+    assert (tmp_path / "ck" / "round-000002" / "model.safetensors").is_file()
+    fresh = Trainer(cfg, load_policy(cfg.model))
+    assert ckpt.restore_latest(fresh.policy.model, fresh.optimizer, fresh.generator) == 2
+    restored = dict(fresh.policy.model.named_parameters())
+    assert all(torch.equal(after[n], restored[n]) for n in after)

@@ -146,7 +146,7 @@ def grpo_step(
                 d = ref_logp - logp
                 kl = torch.exp(d) - d - 1
                 per_token = per_token + cfg.kl_coef * kl
-                kl_sum += float((kl * mask).sum())
+                kl_sum += float((kl.detach() * mask).sum())
             m = mask.to(per_token.dtype)
             loss = (per_token * m).sum() / total_tokens
             loss.backward()

@@ -31,8 +31,11 @@ import logging
 import signal
 import threading
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from swarmnode.checkpoint import Checkpointer
 from swarmnode.config import Config, dump_config
@@ -46,6 +49,7 @@ from swarmnode.swarm import SwarmLink
 from swarmnode.trainer import Trainer
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 def build_trainer(cfg: Config) -> Trainer:
@@ -78,6 +82,15 @@ class Node:
         self.state = "starting"
         self.last: dict[str, Any] | None = None  # last round's metrics record
         self.link = SwarmLink(cfg, self.data_dir, self.stop.set)
+        # All model work on one long-lived thread: torch keeps per-thread state, and
+        # a new thread per call would grow one malloc arena each (RSS creep).
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix="swarmnode-trainer")
+
+    async def _work(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn(*args)`` on the trainer thread without blocking the event loop."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._executor, partial(fn, *args)
+        )
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -116,8 +129,8 @@ class Node:
             metrics = MetricsLog(self.data_dir / "metrics.jsonl")
             await self.link.start_network()  # peers may connect while the model loads
             self.state = "loading"
-            trainer = await asyncio.to_thread(build_trainer, self.cfg)
-            restored = await asyncio.to_thread(
+            trainer = await self._work(build_trainer, self.cfg)
+            restored = await self._work(
                 ckpt.restore_latest, trainer.policy.model, trainer.optimizer, trainer.generator
             )
             self.round = saved = restored or 0
@@ -137,26 +150,27 @@ class Node:
                 if self.echo:
                     print(self._progress(rec), flush=True)
                 if self.round % self.cfg.checkpoint.every_rounds == 0:
-                    await asyncio.to_thread(self._save, ckpt, trainer)
+                    await self._work(self._save, ckpt, trainer)
                     saved = self.round
                 await self._pace(started)
         finally:
             self.state = "stopping"
             try:
                 if trainer is not None and self.round > saved:
-                    await asyncio.to_thread(self._save, ckpt, trainer)
+                    await self._work(self._save, ckpt, trainer)
             finally:
                 if metrics is not None:
                     metrics.close()
                 await self.link.stop()
                 await control.stop()
+                self._executor.shutdown(wait=False)
         self.link.check()
 
     async def _round(self, trainer: Trainer, r: int) -> dict[str, Any]:
-        groups, gen = await asyncio.to_thread(trainer.rollout, r, self.stop.is_set)
+        groups, gen = await self._work(trainer.rollout, r, self.stop.is_set)
         published = await self.link.publish(r, groups)
         t0 = time.perf_counter()
-        comp, step = await asyncio.to_thread(
+        comp, step = await self._work(
             compose_and_update, trainer, self.link, r, groups, self.stop
         )
         return {

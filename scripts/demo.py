@@ -9,7 +9,8 @@ a summary: reward at the start and the end, and what each node took from its pee
     python scripts/demo.py                      # 3 nodes, 20 rounds
     python scripts/demo.py --nodes 2 --rounds 5 --out runs/demo
 
-The nodes stop by themselves after --rounds; Ctrl-C stops them all cleanly.
+The nodes stop by themselves after --rounds; Ctrl-C stops them all cleanly. Each
+node's log (warnings, errors) goes to <out>/node-<i>.log.
 """
 
 from __future__ import annotations
@@ -89,7 +90,8 @@ def main() -> None:
             cfg = node_config(base, i, args.out, port, boot, args.rounds, threads)
             if i == 0:  # the others dial node 0: its identity must exist before it starts
                 boot = bootstrap_addr(Path(cfg["node"]["data_dir"]), port)
-            proc = start_node(cfg, args.out / f"node-{i}.yaml", threads, subprocess.PIPE)
+            log = (args.out / f"node-{i}.log").open("w")  # warnings and errors
+            proc = start_node(cfg, args.out / f"node-{i}.yaml", threads, subprocess.PIPE, log)
             procs.append(proc)
             threading.Thread(target=pump, args=(f"node-{i}", proc.stdout), daemon=True).start()
         print(f"{args.nodes} nodes started; data under {args.out}", flush=True)

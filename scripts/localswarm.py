@@ -44,9 +44,14 @@ def swarm_section(name: str, port: int, boot: str | None, enabled: bool = True) 
 
 
 def start_node(
-    cfg: dict[str, Any], path: Path, threads: int, stdout: int | IO[Any] | None
+    cfg: dict[str, Any],
+    path: Path,
+    threads: int,
+    stdout: int | IO[Any] | None,
+    stderr: int | IO[Any] | None = None,
 ) -> subprocess.Popen[str]:
-    """Write ``cfg`` to ``path`` and start `swarmnode start` on it."""
+    """Write ``cfg`` to ``path`` and start `swarmnode start` on it (stderr defaults to
+    stdout when that is a file)."""
     path.write_text(yaml.safe_dump(cfg, sort_keys=False))
     return subprocess.Popen(
         [
@@ -62,6 +67,8 @@ def start_node(
         cwd=REPO,
         env={**os.environ, "OMP_NUM_THREADS": str(threads)},
         stdout=stdout,
-        stderr=subprocess.STDOUT if stdout not in (None, subprocess.PIPE) else None,
+        stderr=stderr
+        if stderr is not None
+        else (subprocess.STDOUT if stdout not in (None, subprocess.PIPE) else None),
         text=True,
     )

@@ -63,7 +63,10 @@ def test_cli_exit_code_2(tmp_path: Path, kind: str, text: str | None, expect: st
 
 
 def test_shipped_configs_are_valid() -> None:
-    for path in sorted((REPO / "configs").glob("*.yaml")):
+    paths = sorted((REPO / "configs").glob("*.yaml"))
+    names = {p.name for p in paths}
+    assert {"node.yaml", "gpu.yaml", "lan.yaml", "public.yaml", "bootstrap.yaml"} <= names
+    for path in paths:
         load_config(path)
 
 

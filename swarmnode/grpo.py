@@ -11,8 +11,9 @@ Invariants:
   and short completions weigh per token (DAPO-style), and the result does not
   depend on how groups are split into micro-batches.
 - On-policy: one step per batch of fresh samples, so the "old" log-probabilities are
-  the current ones detached (ratio = 1, gradient = policy gradient); the clipping
-  still bounds the step when groups come from peers' policies.
+  the current ones detached (ratio = 1, gradient = policy gradient). So the clip
+  never engages (``clip_fraction`` is 0 by construction), also for groups sampled by
+  peers' policies: they are trained as if sampled here, without importance weights.
 - KL, when enabled, uses the adapter-disabled model as reference (k3 estimator).
 """
 

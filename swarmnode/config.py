@@ -129,6 +129,13 @@ class TrainConfig(_Section):
     format_reward_weight: float = Field(
         0.0, ge=0, le=1, description="Weight of the format reward added to the task reward."
     )
+    external_min_prob: float = Field(
+        0.01,
+        ge=0,
+        lt=1,
+        description="Peers' tokens with a negative advantage that this policy gives less "
+        "than this probability get no gradient (0 = train on all).",
+    )
     seed: int = Field(0, ge=0, description="Seed for sampling and initialisation.")
 
     @model_validator(mode="after")

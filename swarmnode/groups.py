@@ -10,6 +10,13 @@ Invariants:
 - ``rewards`` are always the rewards of the node holding the group: local groups are
   scored locally, external groups are re-scored on arrival (a sender's rewards are
   informational only).
+- A group has learning signal only when its rewards spread by at least
+  ``SIGNAL_MIN_STD`` (population std). reasoning-gym gives small partial credit
+  (e.g. 0.01 for a wrong answer in the right place); std-normalised advantages would
+  blow such a spread up to +-1 and train hard on noise, which is how a degrading
+  peer's garbage used to pass the zero-advantage filter.
+- ``finished[i]`` says whether completion i ended by itself (EOS) rather than at the
+  token cap; ``None`` means unknown and counts as finished.
 """
 
 from __future__ import annotations
@@ -20,6 +27,17 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LOCAL = "local"
+# One completion out of 8 earning the 0.25 format reward alone is a std of 0.083;
+# one earning 0.01 of partial credit is 0.003.
+SIGNAL_MIN_STD = 0.05
+
+
+def reward_std(rewards: list[float]) -> float:
+    """Population standard deviation of a group's rewards (0 for fewer than 2)."""
+    if len(rewards) < 2:
+        return 0.0
+    mean = sum(rewards) / len(rewards)
+    return (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
 
 
 @dataclass(frozen=True)
@@ -62,6 +80,7 @@ class RolloutGroup:
     created: float = field(default_factory=time.time)  # unix seconds, when generated
     completion_ids: list[list[int]] | None = None  # exact sampled tokens (local only)
     format_rewards: list[float] | None = None  # format reward per completion, logged only
+    finished: list[bool] | None = None  # per completion: ended with EOS (None = unknown)
 
     @property
     def is_local(self) -> bool:
@@ -69,5 +88,5 @@ class RolloutGroup:
 
     @property
     def has_signal(self) -> bool:
-        """False when every completion got the same reward: zero advantage, nothing to learn."""
-        return len(self.rewards) > 1 and max(self.rewards) - min(self.rewards) > 1e-6
+        """False when the rewards barely differ (std < SIGNAL_MIN_STD): nothing to learn."""
+        return reward_std(self.rewards) >= SIGNAL_MIN_STD

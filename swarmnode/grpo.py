@@ -5,8 +5,9 @@ Read top to bottom: advantages per group, then per group one forward of the prom
 tokens, optional KL to the frozen base, backward; one optimizer step at the end.
 
 Invariants:
-- Groups without signal (all rewards equal) never reach the loss: they are counted
-  as skipped. A step with no useful group makes no optimizer step.
+- Groups without signal (reward std below ``SIGNAL_MIN_STD``) get zero advantages and
+  never reach the loss: they are counted as skipped. A step with no useful group
+  makes no optimizer step.
 - The loss is a token-level mean over every completion token in the step, so long
   and short completions weigh per token (DAPO-style), and the result does not
   depend on how groups are split into micro-batches.
@@ -14,11 +15,18 @@ Invariants:
   the current ones detached (ratio = 1, gradient = policy gradient). So the clip
   never engages (``clip_fraction`` is 0 by construction), also for groups sampled by
   peers' policies: they are trained as if sampled here, without importance weights.
+- Peers' completions are off-policy. Their tokens with a negative advantage that
+  this policy gives less than ``external_min_prob`` get no gradient: pushing down
+  what this node would not sample anyway teaches nothing and spreads probability
+  mass onto everything else (entropy up, the road to run-on completions). Positive
+  advantages always count: raising a peer's good but, to us, unlikely token is the
+  point of sharing. Masked tokens still count in the token-mean denominator.
 - KL, when enabled, uses the adapter-disabled model as reference (k3 estimator).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -27,6 +35,7 @@ from transformers import DynamicCache
 
 from swarmnode.config import TrainConfig
 from swarmnode.generate import with_cache
+from swarmnode.groups import SIGNAL_MIN_STD
 
 
 @dataclass
@@ -36,6 +45,7 @@ class TokenizedGroup:
     prompt_ids: list[int]
     completion_ids: list[list[int]]
     advantages: list[float]
+    external: bool = False  # sampled by a peer's policy (off-policy for us)
 
 
 @dataclass
@@ -47,18 +57,26 @@ class StepStats:
     groups_trained: int = 0
     groups_skipped: int = 0
     tokens_trained: int = 0
+    tokens_masked: int = 0  # peers' unlikely negative-advantage tokens left out
 
 
-def group_advantages(rewards: Sequence[float], eps: float = 1e-4) -> list[float]:
-    """(r - mean) / (std + eps), std over the group (population).
+def group_advantages(
+    rewards: Sequence[float], eps: float = 1e-4, min_std: float = SIGNAL_MIN_STD
+) -> list[float]:
+    """(r - mean) / (std + eps), std over the group (population); all 0 below ``min_std``.
 
     >>> group_advantages([1.0, 0.0])
-    [0.9999000099990001, -0.9999000099990001]
+    [0.9998000399920016, -0.9998000399920016]
     >>> group_advantages([0.5, 0.5, 0.5])
     [0.0, 0.0, 0.0]
+    >>> group_advantages([0.01, 0.0, 0.0, 0.0])  # partial-credit noise is not signal
+    [0.0, 0.0, 0.0, 0.0]
     """
     r = torch.tensor(rewards, dtype=torch.float64)
-    adv = (r - r.mean()) / (r.std(unbiased=False) + eps)
+    std = r.std(unbiased=False)
+    if float(std) < min_std:
+        return [0.0] * len(rewards)
+    adv = (r - r.mean()) / (std + eps)
     return adv.tolist()
 
 
@@ -126,6 +144,7 @@ def grpo_step(
     optimizer.zero_grad(set_to_none=True)
     model.train()
     loss_sum = kl_sum = clipped = 0.0
+    log_floor = math.log(cfg.external_min_prob) if cfg.external_min_prob > 0 else -math.inf
     for group in useful:
         step = micro_batch_size or len(group.completion_ids)
         for start in range(0, len(group.completion_ids), step):
@@ -149,6 +168,10 @@ def grpo_step(
                 per_token = per_token + cfg.kl_coef * kl
                 kl_sum += float((kl.detach() * mask).sum())
             m = mask.to(per_token.dtype)
+            if group.external and log_floor > -math.inf:
+                drop = (a < 0) & (logp.detach() < log_floor) & (mask > 0)
+                stats.tokens_masked += int(drop.sum())
+                m = m * (~drop).to(m.dtype)
             loss = (per_token * m).sum() / total_tokens
             loss.backward()
             loss_sum += float(loss.detach())

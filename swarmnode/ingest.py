@@ -175,6 +175,7 @@ class IngestQueue:
             model=group.model,
             created=group.created,
             format_rewards=fmt,
+            finished=None if group.finished is None else list(group.finished),
         )
         with self._lock:
             if key in self._seen:  # raced with the same group from another peer

@@ -88,9 +88,7 @@ class Node:
 
     async def _work(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the trainer thread without blocking the event loop."""
-        return await asyncio.get_running_loop().run_in_executor(
-            self._executor, partial(fn, *args)
-        )
+        return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
 
     def _install_signals(self) -> None:
         loop = asyncio.get_running_loop()
@@ -170,9 +168,7 @@ class Node:
         groups, gen = await self._work(trainer.rollout, r, self.stop.is_set)
         published = await self.link.publish(r, groups)
         t0 = time.perf_counter()
-        comp, step = await self._work(
-            compose_and_update, trainer, self.link, r, groups, self.stop
-        )
+        comp, step = await self._work(compose_and_update, trainer, self.link, r, groups, self.stop)
         return {
             "round": r,
             **reward_summary(groups, self.cfg.train.format_reward_weight),
@@ -182,6 +178,7 @@ class Node:
             "train_seconds": round(time.perf_counter() - t0, 3),
             "tokens_generated": gen.tokens,
             "tokens_trained": step.tokens_trained,
+            "tokens_masked": step.tokens_masked,
             "loss": round(step.loss, 6),
             "kl": round(step.kl, 6),
             "grad_norm": round(step.grad_norm, 6),

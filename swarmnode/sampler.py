@@ -27,13 +27,12 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from swarmnode.config import SapoConfig
-from swarmnode.groups import RolloutGroup
+from swarmnode.groups import RolloutGroup, reward_std
 from swarmnode.ingest import Entry, IngestQueue
 
 
@@ -54,7 +53,7 @@ def signal(group: RolloutGroup) -> float:
     >>> signal(RolloutGroup(None, "", ["a", "b"], [1.0, 0.0]))  # type: ignore[arg-type]
     0.5
     """
-    return statistics.pstdev(group.rewards) if len(group.rewards) > 1 else 0.0
+    return reward_std(group.rewards)
 
 
 class SwarmSampler:

@@ -83,10 +83,22 @@ class Trainer:
             self._prompt_cache[question] = ids
         return ids
 
-    def encode_completion(self, text: str) -> list[int]:
-        """A peer's completion text in this node's tokens, ending with EOS."""
+    def encode_completion(self, text: str, finished: bool = True) -> list[int]:
+        """A peer's completion text in this node's tokens, ending with EOS if it ended.
+
+        A completion cut at the sender's token cap gets no EOS: appending one would
+        teach "stop here" on text that never stopped (and, with a negative
+        advantage, "never stop" on the rest).
+        """
         ids = self.policy.tokenizer(text, add_special_tokens=False)["input_ids"]
-        return [*ids[: self.cfg.rollout.max_new_tokens * 4], self.eos_ids[0]]
+        ids = ids[: self.cfg.rollout.max_new_tokens * 4]
+        return [*ids, self.eos_ids[0]] if finished or not ids else ids
+
+    def _encode_group(self, group: RolloutGroup) -> list[list[int]]:
+        finished = group.finished or [True] * len(group.completions)
+        return [
+            self.encode_completion(c, f) for c, f in zip(group.completions, finished, strict=True)
+        ]
 
     # -- scoring -------------------------------------------------------------
 
@@ -140,6 +152,7 @@ class Trainer:
                     model=self.policy.name,
                     completion_ids=ids,
                     format_rewards=fmt,
+                    finished=[bool(c) and c[-1] in self.eos_ids for c in ids],
                 )
             )
         tokens = sum(len(c) for c in samples.token_ids)
@@ -152,9 +165,9 @@ class Trainer:
         batch = [
             TokenizedGroup(
                 prompt_ids=self.prompt_ids(g.question),
-                completion_ids=g.completion_ids
-                or [self.encode_completion(c) for c in g.completions],
+                completion_ids=g.completion_ids or self._encode_group(g),
                 advantages=group_advantages(g.rewards),
+                external=not g.is_local,
             )
             for g in groups
         ]

@@ -38,8 +38,9 @@ def reason_of(obj: object) -> str:
 def test_round_trip_keeps_every_field() -> None:
     g = group()
     batch = decode_batch(encode_batch("default", 3, [g, group(n=4)]))
-    assert (batch.version, batch.swarm, batch.round) == (1, "default", 3)
+    assert (batch.version, batch.swarm, batch.round) == (2, "default", 3)
     got = batch.rollout_groups(origin="12D3KooWpeer")[0]
+    assert got.finished == [True] * 8  # unknown on the sender counts as finished
     assert got.ref == g.ref and got.ref.config == g.ref.config
     assert (got.question, got.completions, got.rewards) == (g.question, g.completions, g.rewards)
     assert (got.model, got.created, got.round) == (g.model, g.created, 3)
@@ -48,10 +49,27 @@ def test_round_trip_keeps_every_field() -> None:
     assert len(batch.groups[1].completions) == 4
 
 
+def test_finished_flags_travel_and_version_1_is_still_read() -> None:
+    flags = [i % 3 != 0 for i in range(8)]
+    got = decode_batch(encode_batch("default", 3, [group(finished=flags)])).groups[0]
+    assert got.finished == flags
+    v1 = valid_obj()
+    v1["v"] = 1
+    v1["groups"][0].pop("finished")
+    old = decode_batch(msgpack.packb(v1, use_bin_type=True))
+    assert old.version == 1 and old.groups[0].finished is None
+    v1["groups"][0]["finished"] = [True] * 8  # v1 knows no such key
+    assert reason_of(v1) == "schema"
+
+
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
-        (lambda o: o.update(v=2), "version"),
+        (lambda o: o.update(v=3), "version"),
+        (lambda o: o.update(v=0), "version"),
+        (lambda o: o["groups"][0].pop("finished"), "schema"),
+        (lambda o: o["groups"][0].update(finished=[True] * 3), "value"),
+        (lambda o: o["groups"][0].update(finished=[1] * 8), "schema"),
         (lambda o: o.pop("v"), "version"),
         (lambda o: o.update(v=True), "version"),
         (lambda o: o.pop("round"), "schema"),
@@ -154,6 +172,7 @@ def _random_obj(rng: random.Random, depth: int = 0) -> object:
     if kind == 6:
         return [_random_obj(rng, depth + 1) for _ in range(rng.randrange(5))]
     keys = ["v", "swarm", "round", "groups", "ref", "question", "completions", "rewards",
+            "finished",
             "model", "created", "dataset", "config", "seed", "index", "zzz"]
     return {rng.choice(keys): _random_obj(rng, depth + 1) for _ in range(rng.randrange(7))}
 

@@ -103,3 +103,55 @@ def test_shared_prefix_logprobs_match_sampling(tiny_model_dir: Path, tmp_path: P
 def test_group_advantages_normalised() -> None:
     adv = group_advantages([1.0, 0.0, 0.0, 1.0])
     assert abs(sum(adv)) < 1e-9 and all(abs(abs(a) - 1) < 1e-3 for a in adv)
+
+
+def test_partial_credit_noise_is_not_signal(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """A 0.01 partial-credit spread must not become +-1 advantages (SIGNAL_MIN_STD)."""
+    assert group_advantages([0.01, 0.0, 0.0, 0.0]) == [0.0] * 4
+    noisy = RolloutGroup(None, "q", ["a"] * 8, [0.01] + [0.0] * 7)  # type: ignore[arg-type]
+    one_formatted = RolloutGroup(None, "q", ["a"] * 8, [0.25] + [0.0] * 7)  # type: ignore[arg-type]
+    assert not noisy.has_signal and one_formatted.has_signal
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    groups, _ = trainer.rollout(1)
+    groups[0].rewards = [0.26, 0.25, 0.25, 0.25]
+    groups[1].rewards = [1.0, 0.0, 0.0, 1.0]
+    stats = trainer.update(groups)
+    assert (stats.groups_trained, stats.groups_skipped) == (1, 1)
+
+
+def test_local_groups_flag_finished_and_peers_keep_it(tiny_model_dir: Path, tmp_path: Path) -> None:
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    groups, _ = trainer.rollout(1)
+    for g in groups:
+        assert g.finished is not None and g.completion_ids is not None
+        for ids, done in zip(g.completion_ids, g.finished, strict=True):
+            assert done == (ids[-1] in trainer.eos_ids)
+    eos = trainer.eos_ids[0]
+    assert trainer.encode_completion("7 + 1", finished=True)[-1] == eos
+    cut = trainer.encode_completion("7 + 1", finished=False)
+    assert cut and eos not in cut  # a truncated text must not learn "stop here"
+
+
+def test_peers_unlikely_negative_tokens_get_no_gradient(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """External tokens with A < 0 below external_min_prob are masked; A > 0 never is."""
+    trainer = _trainer(tiny_model_dir, tmp_path, external_min_prob=0.5)
+    groups = _with_signal(trainer.rollout(1)[0])
+    external = [
+        RolloutGroup(
+            g.ref, g.question, g.completions, g.rewards, origin="peer", finished=g.finished
+        )
+        for g in groups
+    ]
+    stats = trainer.update(external)
+    negative_tokens = sum(
+        len(trainer.encode_completion(c, f))
+        for g in external
+        for c, f, r in zip(g.completions, g.finished or [], g.rewards, strict=True)
+        if r == 0.0
+    )
+    assert 0 < stats.tokens_masked <= negative_tokens  # a random tiny model is unsure
+    assert trainer.update(groups).tokens_masked == 0  # local groups: on-policy, all kept
+    off = _trainer(tiny_model_dir, tmp_path / "off", external_min_prob=0.0)
+    assert off.update(external).tokens_masked == 0

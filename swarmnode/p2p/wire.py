@@ -14,9 +14,9 @@ Invariants:
 - A message never carries ground truth: receivers regenerate the item from its
   ``ItemRef`` and score completions with their own verifier.
 
-Schema, version 1 (a msgpack map; keys exactly these, no more, no fewer)::
+Schema, version 2 (a msgpack map; keys exactly these, no more, no fewer)::
 
-    v:      int    protocol version, always WIRE_VERSION; anything else is rejected
+    v:      int    protocol version: WIRE_VERSION (2) is sent; 1 is still accepted
     swarm:  str    swarm name of the sender (the receiver rejects other swarms)
     round:  int    the sender's round number when it generated these groups (>= 0)
     groups: array  1..MAX_GROUPS rollout groups, each a map with keys:
@@ -30,6 +30,11 @@ Schema, version 1 (a msgpack map; keys exactly these, no more, no fewer)::
         rewards:     array  the sender's reward per completion (float, informational only)
         model:       str    the sender's model name (may be empty)
         created:     float  unix seconds when the group was generated (finite, > 0)
+        finished:    array  per completion, true if it ended by itself (EOS), false if
+                            cut at the sender's token cap; same length as completions
+
+Version 1 is version 2 without ``finished`` (receivers treat its completions as
+finished). Any other version is rejected.
 
 The sender's peer ID is not in the payload: it comes from the signed gossipsub
 envelope, which the transport verifies.
@@ -46,7 +51,8 @@ import msgpack
 
 from swarmnode.groups import ItemRef, RolloutGroup
 
-WIRE_VERSION = 1
+WIRE_VERSION = 2
+ACCEPTED_VERSIONS = (1, 2)
 # gossipsub (py-libp2p) refuses RPC frames over 1 MiB; leave room for the signed
 # envelope (topic, from, seqno, key, signature: ~200 bytes) around our payload.
 MAX_MESSAGE_BYTES = 1024 * 1024 - 4096
@@ -62,13 +68,14 @@ MAX_CONFIG_STR_CHARS = 256
 MAX_INT = 2**63 - 1
 
 _TOP_KEYS = frozenset({"v", "swarm", "round", "groups"})
-_GROUP_KEYS = frozenset({"ref", "question", "completions", "rewards", "model", "created"})
+_GROUP_KEYS_V1 = frozenset({"ref", "question", "completions", "rewards", "model", "created"})
+_GROUP_KEYS = _GROUP_KEYS_V1 | {"finished"}
 _REF_KEYS = frozenset({"dataset", "config", "seed", "index"})
 
 WIRE_REASONS = (
     "too_large",  # payload over MAX_MESSAGE_BYTES
     "msgpack",  # not decodable msgpack, trailing bytes, ext/bin types, nesting
-    "version",  # v missing or not WIRE_VERSION
+    "version",  # v missing or not one of ACCEPTED_VERSIONS
     "schema",  # wrong type, missing or extra key
     "limit",  # a count or length over its limit
     "value",  # right type, impossible value (negative index, NaN, length mismatch)
@@ -105,6 +112,7 @@ class Batch:
                 round=g.round,
                 model=g.model,
                 created=g.created,
+                finished=None if g.finished is None else list(g.finished),
             )
             for g in self.groups
         ]
@@ -199,8 +207,8 @@ def _ref(obj: Any) -> ItemRef:
     )
 
 
-def _group(obj: Any, round_: int) -> RolloutGroup:
-    d = _keys(obj, _GROUP_KEYS, "group")
+def _group(obj: Any, round_: int, version: int) -> RolloutGroup:
+    d = _keys(obj, _GROUP_KEYS if version >= 2 else _GROUP_KEYS_V1, "group")
     completions = _list(d["completions"], "completions", MIN_COMPLETIONS, MAX_COMPLETIONS)
     texts = [_str(c, "completion", MAX_COMPLETION_CHARS) for c in completions]
     rewards = [_float(r, "reward") for r in _list(d["rewards"], "rewards", 0, MAX_COMPLETIONS)]
@@ -209,6 +217,14 @@ def _group(obj: Any, round_: int) -> RolloutGroup:
     created = _float(d["created"], "created")
     if created <= 0:
         raise WireError("value", "created must be > 0")
+    finished = None
+    if version >= 2:
+        flags = _list(d["finished"], "finished", 0, MAX_COMPLETIONS)
+        if len(flags) != len(texts):
+            raise WireError("value", f"{len(flags)} finished flags for {len(texts)} completions")
+        if not all(isinstance(f, bool) for f in flags):
+            raise WireError("schema", "finished must hold booleans")
+        finished = list(flags)
     return RolloutGroup(
         ref=_ref(d["ref"]),
         question=_str(d["question"], "question", MAX_QUESTION_CHARS),
@@ -218,6 +234,7 @@ def _group(obj: Any, round_: int) -> RolloutGroup:
         round=round_,
         model=_str(d["model"], "model", MAX_NAME_CHARS),
         created=created,
+        finished=finished,
     )
 
 
@@ -225,16 +242,16 @@ def _check(obj: Any) -> Batch:
     if not isinstance(obj, dict):
         raise WireError("schema", f"message is {type(obj).__name__}, expected map")
     version = obj.get("v")
-    if version != WIRE_VERSION or isinstance(version, bool):
-        raise WireError("version", f"version {version!r}, this node speaks {WIRE_VERSION}")
+    if version not in ACCEPTED_VERSIONS or isinstance(version, bool):
+        raise WireError("version", f"version {version!r}, this node reads {ACCEPTED_VERSIONS}")
     d = _keys(obj, _TOP_KEYS, "message")
     round_ = _int(d["round"], "round")
     groups = _list(d["groups"], "groups", 1, MAX_GROUPS)
     return Batch(
-        version=WIRE_VERSION,
+        version=version,
         swarm=_str(d["swarm"], "swarm", MAX_NAME_CHARS),
         round=round_,
-        groups=tuple(_group(g, round_) for g in groups),
+        groups=tuple(_group(g, round_, version) for g in groups),
     )
 
 
@@ -293,6 +310,7 @@ def encode_batch(swarm: str, round: int, groups: Sequence[RolloutGroup]) -> byte
                 "rewards": [float(r) for r in g.rewards],
                 "model": g.model,
                 "created": float(g.created),
+                "finished": [bool(f) for f in (g.finished or [True] * len(g.completions))],
             }
             for g in groups
         ],

@@ -1,8 +1,11 @@
 """The swarm sampler: which groups go into this round's policy update.
 
 ``uniform`` (the paper): I local groups from this round plus J external groups drawn
-uniformly from the ingestion queue. Every queued group already carries signal after
-local re-scoring (the zero-advantage filter the open-source implementation lacks).
+uniformly from what the swarm shared last: the newest round each peer has in the
+ingestion queue. Older rounds are drawn from (newest first) only when those run out:
+a queue holds many rounds, and a group several rounds old was sampled by a policy
+further from both its sender's and ours. Every queued group already carries signal
+after local re-scoring (the zero-advantage filter the open-source implementation lacks).
 When fewer than J external groups exist, the update fills up with more of this
 round's local groups (if the round made more than I) and reports the shortfall.
 
@@ -11,11 +14,11 @@ round's local groups (if the round made more than I) and reports the shortfall.
   their slots go to external groups; external slots nobody can fill go back to local
   groups. At least ``ceil(B / 4)`` slots stay local whenever local groups have signal,
   because the paper saw training oscillate when nodes leaned mostly on others.
-- Ranking: external groups are drawn by weight = signal x freshness x sender record.
-  Signal is the reward spread of the group (a group half right, half wrong teaches
-  most); freshness halves every ``freshness_s / 4`` seconds (older groups were sampled
-  from policies further from ours); a sender whose claimed rewards disagree with our
-  re-scoring loses weight (it is broken or lying), one that agrees regains it.
+- Ranking: external groups come from the peers' newest rounds first (as in uniform);
+  within a round they are drawn by weight = signal x sender record. Signal is the
+  reward spread of the group (a group half right, half wrong teaches most); a sender
+  whose claimed rewards disagree with our re-scoring loses weight (it is broken or
+  lying), one that agrees regains it. Each queued group moves its sender's record once.
 
 Invariants:
 - The update never holds more than B groups, and never a group twice.
@@ -27,8 +30,7 @@ from __future__ import annotations
 
 import math
 import random
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from swarmnode.config import SapoConfig
@@ -47,6 +49,19 @@ class Composition:
     shortfall: int  # external slots that had to be filled with local groups (or left empty)
 
 
+def round_lag(entries: Sequence[tuple[str, Entry]]) -> dict[str, int]:
+    """Per queue key: rounds behind the newest round its sender has in the queue.
+
+    >>> g = lambda r: Entry(RolloutGroup(None, "", [], [], round=r), "p", 0, 0.0, True)
+    >>> round_lag([("a", g(3)), ("b", g(5)), ("c", g(5))])
+    {'a': 2, 'b': 0, 'c': 0}
+    """
+    newest: dict[str, int] = {}
+    for _, e in entries:
+        newest[e.peer] = max(newest.get(e.peer, e.group.round), e.group.round)
+    return {k: newest[e.peer] - e.group.round for k, e in entries}
+
+
 def signal(group: RolloutGroup) -> float:
     """Reward spread of a group, 0 for no signal, 0.5 for a half-right binary group.
 
@@ -62,13 +77,12 @@ class SwarmSampler:
         cfg: SapoConfig,
         queue: IngestQueue | None,
         seed: int = 0,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.cfg = cfg
         self.queue = queue
         self.seed = seed
-        self.clock = clock
         self.peer_trust: dict[str, float] = {}  # adaptive: EMA of honest reward claims
+        self._judged: dict[str, None] = {}  # queue keys already counted in peer_trust
 
     def compose(self, round_index: int, local: Sequence[RolloutGroup]) -> Composition:
         rng = random.Random(f"sampler:{self.seed}:{round_index}")
@@ -100,7 +114,11 @@ class SwarmSampler:
         j: int,
         entries: list[tuple[str, Entry]],
     ) -> Composition:
-        picked = rng.sample(entries, min(j, len(entries)))
+        lag = round_lag(entries)
+        pool = list(entries)
+        rng.shuffle(pool)
+        pool.sort(key=lambda kv: lag[kv[0]])  # stable: uniform within each round
+        picked = pool[:j]
         shortfall = j - len(picked)
         chosen = local[: i + shortfall]  # fill-up with the round's other local groups
         return self._finish(chosen, picked, shortfall)
@@ -114,8 +132,8 @@ class SwarmSampler:
         entries: list[tuple[str, Entry]],
     ) -> Composition:
         budget = i + j
-        for _, e in entries:
-            self._update_trust(e)
+        for key, e in entries:
+            self._update_trust(key, e)
         useful_local = [g for g in local if g.has_signal]
         min_local = min(len(useful_local), math.ceil(budget / 4)) if j > 0 else budget
         # Local slots whose groups carry no signal go to external groups.
@@ -126,26 +144,29 @@ class SwarmSampler:
         shortfall = max(0, j - len(picked))
         return self._finish(useful_local[:n_local], picked, shortfall)
 
-    def _update_trust(self, entry: Entry) -> None:
+    def _update_trust(self, key: str, entry: Entry) -> None:
+        if key in self._judged:
+            return
+        self._judged[key] = None
+        if len(self._judged) > 65_536:  # bounded: forget the oldest half
+            for k in list(self._judged)[:32_768]:
+                del self._judged[k]
         old = self.peer_trust.get(entry.peer, 1.0)
         self.peer_trust[entry.peer] = 0.9 * old + 0.1 * (1.0 if entry.claimed_match else 0.0)
 
     def _weighted(
         self, rng: random.Random, entries: list[tuple[str, Entry]], n: int
     ) -> list[tuple[str, Entry]]:
-        now = self.clock()
-        half_life = self.cfg.freshness_s / 4
-        pool = list(entries)
-        weights = [
-            signal(e.group)
-            * 0.5 ** (max(0.0, now - e.group.created) / half_life)
-            * max(0.05, self.peer_trust.get(e.peer, 1.0))
-            + 1e-9
-            for _, e in pool
-        ]
+        lag = round_lag(entries)
         picked: list[tuple[str, Entry]] = []
-        for _ in range(min(n, len(pool))):  # weighted sampling without replacement
-            k = rng.choices(range(len(pool)), weights=weights)[0]
-            picked.append(pool.pop(k))
-            weights.pop(k)
+        for tier in sorted(set(lag.values())):  # newest rounds first, as in uniform
+            pool = [(k, e) for k, e in entries if lag[k] == tier]
+            weights = [
+                signal(e.group) * max(0.05, self.peer_trust.get(e.peer, 1.0)) + 1e-12
+                for _, e in pool
+            ]
+            while pool and len(picked) < n:  # weighted sampling without replacement
+                i = rng.choices(range(len(pool)), weights=weights)[0]
+                picked.append(pool.pop(i))
+                weights.pop(i)
         return picked

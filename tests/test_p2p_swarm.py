@@ -225,7 +225,7 @@ def raw_peer(
 def test_hostile_messages_rejected_counted_and_node_keeps_working(tmp_path: Path) -> None:
     good = decode_batch(batch(1))
     assert good.round == 1
-    wrong_version = batch(2).replace(b"\xa1v\x01", b"\xa1v\x02", 1)
+    wrong_version = batch(2).replace(b"\xa1v\x02", b"\xa1v\x07", 1)
     oversized = b"\x00" * (wire.MAX_MESSAGE_BYTES + 10)  # fits a gossip frame, not our limit
     sends = [
         (b"\xc1 not msgpack", True),
@@ -251,8 +251,14 @@ def test_hostile_messages_rejected_counted_and_node_keeps_working(tmp_path: Path
                 target=raw_peer, args=(addr, sends, finished.is_set, bad_rpc), daemon=True
             )
             sender.start()
-            want = {"msgpack": 1, "version": 1, "too_large": 1, "wrong_swarm": 1, "signature": 1,
-                    "rpc_decode": 1}
+            want = {
+                "msgpack": 1,
+                "version": 1,
+                "too_large": 1,
+                "wrong_swarm": 1,
+                "signature": 1,
+                "rpc_decode": 1,
+            }
             await wait_for(
                 lambda: all(node.stats()["rejected"].get(k, 0) >= v for k, v in want.items()),
                 "every hostile message counted by reason",

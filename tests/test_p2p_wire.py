@@ -91,8 +91,10 @@ def test_finished_flags_travel_and_version_1_is_still_read() -> None:
         (lambda o: o["groups"][0]["ref"].update(index=-5), "value"),
         (lambda o: o["groups"][0]["ref"].update(seed=2**64 - 1), "value"),
         (lambda o: o["groups"][0]["ref"].update(config=[1]), "schema"),
-        (lambda o: o["groups"][0]["ref"].update(config={"a": {"b": {"c": {"d": {"e": 1}}}}}),
-         "limit"),
+        (
+            lambda o: o["groups"][0]["ref"].update(config={"a": {"b": {"c": {"d": {"e": 1}}}}}),
+            "limit",
+        ),
         (lambda o: o["groups"][0]["ref"].update(config={str(i): i for i in range(65)}), "limit"),
         (lambda o: o["groups"][0]["ref"].update(config={"k": "x" * 300}), "limit"),
         (lambda o: o["groups"][0]["ref"].update(dataset="d" * 300), "limit"),
@@ -171,9 +173,24 @@ def _random_obj(rng: random.Random, depth: int = 0) -> object:
         return bytes(rng.randrange(256) for _ in range(rng.randrange(8)))
     if kind == 6:
         return [_random_obj(rng, depth + 1) for _ in range(rng.randrange(5))]
-    keys = ["v", "swarm", "round", "groups", "ref", "question", "completions", "rewards",
-            "finished",
-            "model", "created", "dataset", "config", "seed", "index", "zzz"]
+    keys = [
+        "v",
+        "swarm",
+        "round",
+        "groups",
+        "ref",
+        "question",
+        "completions",
+        "rewards",
+        "finished",
+        "model",
+        "created",
+        "dataset",
+        "config",
+        "seed",
+        "index",
+        "zzz",
+    ]
     return {rng.choice(keys): _random_obj(rng, depth + 1) for _ in range(rng.randrange(7))}
 
 

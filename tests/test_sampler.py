@@ -42,7 +42,7 @@ def local(n: int, with_signal: bool = True, start: int = 500) -> list[RolloutGro
 
 
 def sampler(q: IngestQueue, clock: Clock, **cfg: Any) -> SwarmSampler:
-    return SwarmSampler(SapoConfig(**cfg), q, seed=3, clock=clock)
+    return SwarmSampler(SapoConfig(**cfg), q, seed=3)
 
 
 def test_uniform_exact_mix_when_enough_external() -> None:
@@ -61,6 +61,31 @@ def test_uniform_exact_mix_when_enough_external() -> None:
     q2 = queue_with(clock, {"p1": 3, "p2": 3, "p3": 3})
     again = sampler(q2, clock, local_groups=2, external_groups=3).compose(1, local(4))
     assert [g.ref.key for g in again.groups] == keys
+
+
+def test_external_groups_come_from_each_peers_newest_round() -> None:
+    """The queue holds 10 rounds per peer; both modes train on the newest ones first."""
+    clock = Clock()
+    sapo = SapoConfig(queue_groups=256, max_peer_share=1.0)
+    for mode in ("uniform", "adaptive"):
+        q = IngestQueue(sapo, Catalog([SPEC]), score, clock=clock)
+        for r in range(10):
+            for p, peer in enumerate(("p1", "p2")):
+                for k in range(2):
+                    g = make_group(100 * p + 10 * r + k)
+                    g.round = r + 5 * p  # the peers' round counters differ
+                    assert q.offer(peer, [g]) == 1
+        s = sampler(q, clock, local_groups=0, external_groups=4, mode=mode)
+        comp = s.compose(1, [])
+        assert sorted((g.origin, g.round) for g in comp.groups) == [
+            ("p1", 9),
+            ("p1", 9),
+            ("p2", 14),
+            ("p2", 14),
+        ], mode
+        if mode == "uniform":  # the next draw: the next-newest round of each peer
+            comp = s.compose(2, [])
+            assert sorted(g.round for g in comp.groups) == [8, 8, 13, 13]
 
 
 def test_uniform_fills_up_with_local_and_reports_shortfall() -> None:
@@ -134,7 +159,7 @@ def test_adaptive_distrusts_a_lying_peer() -> None:
     def fill() -> IngestQueue:
         sapo = SapoConfig(queue_groups=64, max_peer_share=1.0)
         q = IngestQueue(sapo, Catalog([SPEC]), score, clock=clock)
-        for i in range(12):
+        for i in range(24):
             assert q.offer("honest", [make_group(i)]) == 1
             assert q.offer("liar", [make_group(100 + i, claimed=[0.0, 1.0])]) == 1
         return q
@@ -148,8 +173,8 @@ def test_adaptive_distrusts_a_lying_peer() -> None:
             comp = s.compose(r, [])
             picks[mode].update(g.origin for g in comp.groups)
         if mode == "adaptive":
-            assert s.peer_trust["honest"] == 1.0 and s.peer_trust["liar"] < 0.2
-    assert q.stats.claims_false == 12
+            assert s.peer_trust["honest"] == 1.0 and s.peer_trust["liar"] < 0.1  # 0.9 ** 24
+    assert q.stats.claims_false == 24
     share = {m: c["liar"] / sum(c.values()) for m, c in picks.items()}
     assert share["adaptive"] <= 0.25 and share["uniform"] >= 0.4, picks
 

@@ -250,7 +250,7 @@ def test_hostile_messages_to_a_running_node(tiny_model_dir: Path, tmp_path: Path
     good = encode_batch("default", 9, [_good_group(raw)])
     sends = [
         (b"\xc1 not msgpack", True),
-        (batch(2).replace(b"\xa1v\x01", b"\xa1v\x02", 1), True),  # wrong version
+        (batch(2).replace(b"\xa1v\x02", b"\xa1v\x07", 1), True),  # unknown version
         (b"\x00" * (wire.MAX_MESSAGE_BYTES + 10), True),  # oversized
         (batch(3, swarm="other-swarm"), True),
         (batch(4), False),  # well-formed but unsigned

@@ -83,9 +83,7 @@ def warm_up(model: torch.nn.Module, tok: PreTrainedTokenizerFast, steps: int) ->
         opt.zero_grad()
 
 
-def make_tiny_model(
-    folder: Path, arch: str = "llama", seed: int = 0, warm_steps: int = 80
-) -> Path:
+def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0, warm_steps: int = 80) -> Path:
     """Write a tiny model + tokenizer to ``folder`` and return it."""
     torch.manual_seed(seed)
     tok = make_tokenizer(vocab_size=400 if arch == "llama" else 360)

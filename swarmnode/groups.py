@@ -22,7 +22,9 @@ Invariants:
 from __future__ import annotations
 
 import json
+import statistics
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,12 +34,9 @@ LOCAL = "local"
 SIGNAL_MIN_STD = 0.05
 
 
-def reward_std(rewards: list[float]) -> float:
+def reward_std(rewards: Sequence[float]) -> float:
     """Population standard deviation of a group's rewards (0 for fewer than 2)."""
-    if len(rewards) < 2:
-        return 0.0
-    mean = sum(rewards) / len(rewards)
-    return (sum((r - mean) ** 2 for r in rewards) / len(rewards)) ** 0.5
+    return statistics.pstdev(rewards) if len(rewards) > 1 else 0.0
 
 
 @dataclass(frozen=True)

@@ -35,7 +35,7 @@ from transformers import DynamicCache
 
 from swarmnode.config import TrainConfig
 from swarmnode.generate import with_cache
-from swarmnode.groups import SIGNAL_MIN_STD
+from swarmnode.groups import SIGNAL_MIN_STD, reward_std
 
 
 @dataclass
@@ -72,12 +72,11 @@ def group_advantages(
     >>> group_advantages([0.01, 0.0, 0.0, 0.0])  # partial-credit noise is not signal
     [0.0, 0.0, 0.0, 0.0]
     """
-    r = torch.tensor(rewards, dtype=torch.float64)
-    std = r.std(unbiased=False)
-    if float(std) < min_std:
+    std = reward_std(rewards)
+    if std < min_std:  # the same test as RolloutGroup.has_signal
         return [0.0] * len(rewards)
-    adv = (r - r.mean()) / (std + eps)
-    return adv.tolist()
+    r = torch.tensor(rewards, dtype=torch.float64)
+    return ((r - r.mean()) / (std + eps)).tolist()
 
 
 def completion_logprobs(

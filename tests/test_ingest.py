@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -55,30 +56,11 @@ def test_verification_rejects_by_reason() -> None:
     q = make_queue(clock)
     altered = make_group(1)
     altered.question = altered.question.replace("=", "= ") + " "
-    unknown = make_group(2)
-    unknown = RolloutGroup(
-        ItemRef("not_a_dataset", CFG, 7, 2),
-        unknown.question,
-        unknown.completions,
-        unknown.rewards,
-        created=clock.now,
+    unknown = replace(make_group(2), ref=ItemRef("not_a_dataset", CFG, 7, 2))
+    other_cfg = replace(
+        make_group(3), ref=ItemRef("basic_arithmetic", {**CFG, "size": 10**7}, 7, 3)
     )
-    other_cfg = make_group(3)
-    other_cfg = RolloutGroup(
-        ItemRef("basic_arithmetic", {**CFG, "size": 10**7}, 7, 3),
-        other_cfg.question,
-        other_cfg.completions,
-        other_cfg.rewards,
-        created=clock.now,
-    )
-    bad_index = make_group(4)
-    bad_index = RolloutGroup(
-        ItemRef("basic_arithmetic", CFG, 7, 5000),
-        bad_index.question,
-        bad_index.completions,
-        bad_index.rewards,
-        created=clock.now,
-    )
+    bad_index = replace(make_group(4), ref=ItemRef("basic_arithmetic", CFG, 7, 5000))
     assert q.offer("peerA", [altered, unknown, other_cfg, bad_index]) == 0
     assert q.stats.rejected == {"question_mismatch": 1, "out_of_catalog": 2, "unregenerable": 1}
     assert len(q) == 0

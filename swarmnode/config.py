@@ -258,7 +258,7 @@ class SapoConfig(_Section):
     mode: Literal["uniform", "adaptive"] = Field(
         "uniform",
         description="'uniform' = the paper's sampler; 'adaptive' moves the I/J balance and "
-        "ranks external groups by signal, age and the sender's record.",
+        "ranks external groups (newest rounds first) by signal and the sender's record.",
     )
     publish: bool = Field(True, description="Publish this node's groups to the swarm.")
     freshness_s: float = Field(

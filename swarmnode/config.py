@@ -203,6 +203,44 @@ class SwarmConfig(_Section):
         ),
     )
     dial_timeout_s: float = Field(10.0, gt=0, le=300, description="One dial attempt's time limit.")
+    forwarder_msgs_per_s: float = Field(
+        100.0,
+        gt=0,
+        description=(
+            "Messages a second one connected peer may hand us (any originator, burst 2x) "
+            "before the excess is dropped unverified: bounds signature checks per peer."
+        ),
+    )
+    origin_msgs_per_s: float = Field(
+        5.0,
+        gt=0,
+        description=(
+            "Messages a second one signed originator may publish (burst origin_msgs_burst); "
+            "excess dropped before decoding, counted, and lowers its score."
+        ),
+    )
+    origin_msgs_burst: float = Field(
+        20.0, ge=1, description="Messages an originator may send at once before its rate applies."
+    )
+    origin_groups_per_s: float = Field(
+        32.0,
+        gt=0,
+        description=(
+            "Rollout groups a second one originator may send (burst: one full message); a "
+            "message over it is dropped before any regeneration or scoring."
+        ),
+    )
+    graylist_score: float = Field(
+        -100.0,
+        lt=0,
+        description=(
+            "A peer whose score (invalid messages, failed verification, false claims, "
+            "floods; see docs/reliability.md) falls below this is disconnected and ignored."
+        ),
+    )
+    graylist_s: float = Field(
+        600.0, gt=0, description="How long a graylisted peer stays disconnected and ignored."
+    )
     bootstrap_backoff_max_s: float = Field(
         60.0, gt=0, le=3600, description="Longest wait between dials to an unreachable bootstrap."
     )
@@ -275,6 +313,39 @@ class SapoConfig(_Section):
     )
     max_peer_share: float = Field(
         0.25, gt=0, le=1, description="Largest share of the queue one peer may hold."
+    )
+    ingest_max_share: float = Field(
+        0.25,
+        gt=0,
+        le=1,
+        description=(
+            "Largest share of wall time (30 s window) spent verifying peers' groups; "
+            "past it verification waits and the bounded inbox drops its oldest."
+        ),
+    )
+    shared_items: int = Field(
+        0,
+        ge=0,
+        le=1024,
+        description="Items a round drawn from the swarm's shared schedule (same swarm name, "
+        "same time bucket, same items on every node) in place of as many own items; 0 = off.",
+    )
+    schedule_period_s: float = Field(
+        30.0,
+        gt=0,
+        le=86_400,
+        description="Length of a shared-schedule time bucket, seconds (about one round).",
+    )
+    complete_groups: bool = Field(
+        False,
+        description="Merge peers' verified better answers to the same item into this "
+        "node's groups that have no signal (same-question group completion).",
+    )
+    complete_max_per_peer: int = Field(
+        2, ge=1, le=256, description="Most completions one peer adds to one group."
+    )
+    complete_max: int = Field(
+        4, ge=1, le=256, description="Most peer completions merged into one group."
     )
     extra_catalog: list[DatasetSpec] = Field(
         default_factory=list,

@@ -5,12 +5,25 @@ host's lifecycle (see ``host``).
 
 Invariants:
 - Only the standard /meshsub/1.2.0, 1.1.0 and 1.0.0 protocol ids are spoken.
-- No frame a peer sends can take the host down; every drop is counted.
+- No bytes a peer sends can take the host down: any exception raised while reading,
+  parsing or handling a peer's RPC frame resets that peer's stream only, and any
+  exception while handling one of its messages drops that message only. Each is
+  counted (``rejected.rpc_decode``, ``rejected.rpc_error``, ``errors.push``) and
+  charged to the peer's score. (py-libp2p 0.8.1 runs both in service tasks: an
+  uncaught exception there stopped the pubsub service and the whole node.)
+- Cheap checks first, each counted: graylisted forwarder or originator, seen before,
+  the forwarder's message rate; only then the signature (Ed25519 verify), then the
+  topic validator (the host's: origin rates, ``decode_batch``).
+- Validated messages on a topic with a ``deliver`` hook go straight to it (the
+  host's bounded inbox): py-libp2p's 32-slot subscription channel, which overflowed
+  silently under a flood, is bypassed. Any other subscription's overflow is counted
+  (``dropped.subscription_full``).
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -22,6 +35,8 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.validators import signature_validator
 
 from swarmnode.p2p.bridge import Counters
+from swarmnode.p2p.peerscore import PeerScores
+from swarmnode.ratelimit import PeerBuckets
 
 log = logging.getLogger("swarmnode.p2p")
 
@@ -29,51 +44,119 @@ GOSSIP_PROTOCOLS = (PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID)
 # pubsub caps whole RPC frames; one message plus its signed envelope must fit.
 MAX_RPC_BYTES = 1024 * 1024
 
+Deliver = Callable[[rpc_pb2.Message], None]
+
 
 def topic_for(swarm_name: str) -> str:
     return f"/swarmnode/{swarm_name}/rollouts/1"
 
 
+def _b58(raw: bytes) -> str:
+    try:
+        return ID(raw).to_base58()
+    except Exception:  # any bytes base58-encode; this is belt and braces for odd types
+        return "<invalid>"
+
+
 class HardenedPubsub(Pubsub):
-    """py-libp2p Pubsub with two holes closed.
+    """py-libp2p Pubsub where a peer's bytes can cost it, never us (module docstring)."""
 
-    - An undecodable RPC frame (protobuf ``DecodeError``) escapes py-libp2p 0.8.1's
-      stream handler, tears down the connection's nursery and takes the whole host
-      down with it: one malicious peer could kill any node. Here it resets that
-      stream only, drops the peer from pubsub, and counts ``rejected.rpc_decode``.
-    - Strict signing drops unsigned or badly signed messages silently; we check
-      first (the same verifier) so operators see them as ``rejected.signature``.
-    """
-
-    def __init__(self, *args: Any, counters: Counters, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        counters: Counters,
+        scores: PeerScores | None = None,
+        forwarder_msgs_per_s: float = 100.0,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self._counters = counters
+        self.scores = scores or PeerScores()
+        self._forwarders = PeerBuckets(forwarder_msgs_per_s, 2 * forwarder_msgs_per_s)
+        self._deliver: dict[str, Deliver] = {}
+
+    def set_deliver(self, topic: str, deliver: Deliver) -> None:
+        """Hand validated messages on ``topic`` to ``deliver`` (sync, must not block)."""
+        self._deliver[topic] = deliver
+
+    # ---- streams: a frame that breaks parsing or handling costs its stream ----------
 
     async def stream_handler(self, stream: Any) -> None:
         peer_id = stream.muxed_conn.peer_id
         try:
             await super().stream_handler(stream)
-        except DecodeError:
-            self._counters.add("rejected.rpc_decode")
-            log.info("peer %s sent an undecodable pubsub RPC; closing its stream", peer_id)
+        # Everything a peer's frame can make py-libp2p raise (protobuf DecodeError,
+        # key deserialisation, router errors on control messages...) is contained here.
+        # trio.Cancelled is a BaseException and passes through, as it must.
+        except Exception as err:
+            kind = "rpc_decode" if isinstance(err, DecodeError) else "rpc_error"
+            self._counters.add(f"rejected.{kind}")
+            self.scores.report(peer_id.to_base58(), "protocol")
+            log.info(
+                "peer %s sent a pubsub RPC that raised %s; closing its stream",
+                peer_id,
+                err.__class__.__name__,
+            )
             with trio.move_on_after(1.0):
                 try:
                     await stream.reset()
-                except Exception as err:  # the stream may already be broken; noted only
-                    log.debug("reset after a bad RPC failed: %r", err)
+                except Exception as reset_err:  # the stream may already be broken
+                    log.debug("reset after a bad RPC failed: %r", reset_err)
             self._handle_dead_peer(peer_id)
 
+    # ---- messages: cheap gates, signature, then py-libp2p's path --------------------
+
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
-        if msg_forwarder != self.my_id and not self._signature_ok(msg):
+        try:
+            if msg_forwarder != self.my_id and not self._admit(msg_forwarder, msg):
+                return
+            await super().push_msg(msg_forwarder, msg)
+        # py-libp2p runs push_msg as a service task: an exception here would stop the
+        # pubsub service (and the node). Whatever a message makes it raise drops that
+        # message only, counted by class and logged (rate-limited: see ratelimit).
+        except Exception as err:
+            self._counters.add("errors.push")
+            self._counters.add(f"errors.push.{err.__class__.__name__}")
+            log.warning("handling a message via %s raised %r; dropped", msg_forwarder, err)
+
+    def _admit(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        fwd = forwarder.to_base58()
+        if self.scores.is_graylisted(fwd) or self.scores.is_graylisted(_b58(msg.from_id)):
+            self._counters.add("dropped.graylisted")
+            return False
+        if self._is_msg_seen(msg):
+            return False  # a duplicate via another mesh peer: py-libp2p would drop it too
+        if not self._forwarders.take(fwd):
+            self._counters.add("dropped.forwarder_rate")
+            self.scores.report(fwd, "rate_limited")
+            return False
+        if not self._signature_ok(msg):
             self._counters.add("rejected.signature")
-            log.debug("dropped a message with a missing or bad signature via %s", msg_forwarder)
-            return
-        await super().push_msg(msg_forwarder, msg)
+            self.scores.report(fwd, "signature")
+            log.debug("dropped a message with a missing or bad signature via %s", fwd)
+            return False
+        return True
 
     @staticmethod
     def _signature_ok(msg: rpc_pb2.Message) -> bool:
         try:
             return bool(signature_validator(msg))
-        # A malformed key or from-id makes the verifier raise instead of return False.
-        except (ValueError, TypeError, KeyError, IndexError):
+        # A junk key, an unknown key type (ECDSA without a deserializer), a from-id
+        # that is not a multihash: the verifier raises DecodeError,
+        # MissingDeserializerError, ValueError... All of it means "not verifiable".
+        except Exception:
             return False
+
+    def notify_subscriptions(self, publish_message: rpc_pb2.Message) -> None:
+        for topic in set(publish_message.topicIDs):
+            deliver = self._deliver.get(topic)
+            if deliver is not None:
+                deliver(publish_message)
+                continue
+            send = self.subscribed_topics_send.get(topic)
+            if send is None:
+                continue
+            try:
+                send.send_nowait(publish_message)
+            except trio.WouldBlock:
+                self._counters.add("dropped.subscription_full")

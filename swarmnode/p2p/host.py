@@ -10,10 +10,16 @@ Invariants:
 - Gossipsub speaks the standard /meshsub/1.2.0, 1.1.0, 1.0.0 ids with strict
   signing: our messages are signed; unsigned or badly signed ones are counted
   (``rejected.signature``) and dropped before anything else looks at them.
-- The topic validator runs ``decode_batch`` on every message before gossipsub
-  delivers or forwards it; rejects are counted as ``rejected.<reason>``.
-- A peer sending an undecodable RPC frame loses its stream, not our host
+- Cheap before expensive, every drop counted: graylisted peer, forwarder rate,
+  signature (``HardenedPubsub``), then the topic validator: the originator's message
+  rate, ``decode_batch``, the originator's group rate, the swarm name. Rejects are
+  ``rejected.<reason>``, rate drops ``dropped.<which>_rate``.
+- A peer's bytes can cost it its stream or its message, never our host
   (``HardenedPubsub``; py-libp2p 0.8.1 would crash the whole node).
+- Every verdict moves the peer's score (``PeerScores``, also gossipsub's P6); a peer
+  below ``graylist_score`` is disconnected and blacklisted for ``graylist_s``.
+- Validated messages go straight into the bounded inbox (drop-oldest, counted):
+  no unbounded or silently-dropping queue in between.
 - Every dial and every wait has a timeout; an unreachable bootstrap node is retried
   with capped exponential backoff forever and never stalls anything else.
 - Peers are learned from the DHT (lookups through whoever we are connected to),
@@ -49,12 +55,17 @@ from libp2p.tools.anyio_service import background_trio_service
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Counters, Inbox, Outbox, Received
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, MAX_RPC_BYTES, HardenedPubsub, topic_for
-from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, WireError, decode_batch
+from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
+from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, WireError, decode_batch
+from swarmnode.ratelimit import PeerBuckets, quiet_network_logs
 
 log = logging.getLogger("swarmnode.p2p")
 # py-libp2p's DHT server warns "Failed to read DHT message" every time a client
 # closes its query stream (a normal end); keep its real errors, drop that noise.
 logging.getLogger("libp2p.kad_dht.kad_dht").setLevel(logging.ERROR)
+# Under a flood py-libp2p repeats the same warnings per message (~1 MB/min of log):
+# each template passes a few times a minute, then only a count of what was hidden.
+quiet_network_logs()
 
 _EQUIVOCATION_KEEP = 256  # see _trim_router_state
 
@@ -78,6 +89,7 @@ class P2PHost:
         inbox: Inbox,
         outbox: Outbox,
         counters: Counters,
+        scores: PeerScores | None = None,
     ) -> None:
         self.cfg = cfg
         self.key_pair = key_pair
@@ -85,6 +97,12 @@ class P2PHost:
         self.inbox = inbox
         self.outbox = outbox
         self.counters = counters
+        self.scores = scores or PeerScores(cfg.graylist_score, cfg.graylist_s)
+        self._origin_msgs = PeerBuckets(cfg.origin_msgs_per_s, cfg.origin_msgs_burst)
+        self._origin_groups = PeerBuckets(
+            cfg.origin_groups_per_s, max(MAX_GROUPS, cfg.origin_groups_per_s)
+        )
+        self._blacklisted: dict[ID, float] = {}  # peer -> when to lift (trio clock)
         self.topic = topic_for(cfg.name)
         self.stop_event = trio.Event()
         self._wake_send, self._wake_recv = trio.open_memory_channel[None](1)
@@ -129,6 +147,7 @@ class P2PHost:
             heartbeat_initial_delay=0.1,
             do_px=True,
             max_messages_per_topic_per_second=cfg.max_msgs_per_s_per_peer,
+            score_params=gossipsub_score_params(self.scores),
         )
         pubsub = HardenedPubsub(
             host,
@@ -136,6 +155,8 @@ class P2PHost:
             strict_signing=True,
             max_inbound_rpc_size=MAX_RPC_BYTES,
             counters=self.counters,
+            scores=self.scores,
+            forwarder_msgs_per_s=cfg.forwarder_msgs_per_s,
         )
         return host, pubsub, gossipsub
 
@@ -155,9 +176,10 @@ class P2PHost:
                     self.dht = KadDHT(host, DHTMode.SERVER)
                     await stack.enter_async_context(background_trio_service(self.dht))
                 pubsub.set_topic_validator(self.topic, self._validate, is_async_validator=False)
-                sub = await pubsub.subscribe(self.topic)
+                pubsub.set_deliver(self.topic, self._deliver)
+                await pubsub.subscribe(self.topic)
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._receive_loop, sub)
+                    nursery.start_soon(self._enforce_loop, pubsub)
                     nursery.start_soon(self._publish_loop, pubsub)
                     nursery.start_soon(self._discovery_loop)
                     nursery.start_soon(self._snapshot_loop, pubsub)
@@ -201,27 +223,83 @@ class P2PHost:
     # ---- gossip -----------------------------------------------------------------
 
     def _validate(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
-        """Topic validator: only messages decode_batch accepts are delivered or forwarded."""
+        """Topic validator: only messages decode_batch accepts, within the originator's
+        rates, are delivered or forwarded. Runs after the signature check, so the
+        originator is authentic; total: it returns, whatever the bytes."""
+        try:
+            return self._check_message(msg)
+        except Exception as err:  # a bug here must cost one message, not the node
+            self.counters.add("errors.validator")
+            log.warning("validator raised %r on a message via %s", err, forwarder)
+            return False
+
+    def _check_message(self, msg: rpc_pb2.Message) -> bool:
+        origin = ID(msg.from_id)
+        if origin == self.peer_id:
+            return True  # our own publish
+        peer = origin.to_base58()
+        if not self._origin_msgs.take(peer):
+            self.counters.add("dropped.origin_msg_rate")
+            self.scores.report(peer, "rate_limited")
+            return False
         try:
             batch = decode_batch(msg.data)
         except WireError as err:
             self.counters.add(f"rejected.{err.reason}")
-            log.debug("rejected a message via %s: %s", forwarder, err)
+            self.scores.report(peer, "invalid")
+            log.debug("rejected a message from %s: %s", peer, err)
+            return False
+        if not self._origin_groups.take(peer, len(batch.groups)):
+            self.counters.add("dropped.origin_group_rate")
+            self.counters.add("dropped.origin_group_rate_groups", len(batch.groups))
+            self.scores.report(peer, "rate_limited")
             return False
         if batch.swarm != self.cfg.name:
             self.counters.add("rejected.wrong_swarm")
+            self.scores.report(peer, "wrong_swarm")
             return False
         return True
 
-    async def _receive_loop(self, sub: Any) -> None:
+    def _deliver(self, msg: rpc_pb2.Message) -> None:
+        """A validated message on our topic: straight into the bounded inbox."""
+        origin = ID(msg.from_id)
+        if origin == self.peer_id:
+            return  # our own publish, echoed to our own subscription
+        self.counters.add("msgs_in")
+        self.counters.add("bytes_in", len(msg.data))
+        self.inbox.put(Received(origin.to_base58(), bytes(msg.data), time.time()))
+
+    async def _enforce_loop(self, pubsub: Pubsub) -> None:
+        """Disconnect and blacklist graylisted peers; lift the blacklist when it expires."""
         while True:
-            msg = await sub.get()
-            origin = ID(msg.from_id)
-            if origin == self.peer_id:
-                continue  # our own publish, echoed to our own subscription
-            self.counters.add("msgs_in")
-            self.counters.add("bytes_in", len(msg.data))
-            self.inbox.put(Received(origin.to_base58(), bytes(msg.data), time.time()))
+            await trio.sleep(0.5)
+            now = trio.current_time()
+            for peer, until in list(self._blacklisted.items()):
+                if until <= now:
+                    del self._blacklisted[peer]
+                    pubsub.remove_from_blacklist(peer)
+            for text in self.scores.graylisted():
+                try:
+                    peer = ID.from_base58(text)
+                except Exception:  # a junk from-id that scored itself out: nothing to cut
+                    continue
+                if peer in self._blacklisted or peer == self.peer_id:
+                    continue
+                self._blacklisted[peer] = now + self.cfg.graylist_s
+                self.counters.add("peers_graylisted")
+                log.warning(
+                    "peer %s scored %.0f: disconnected for %.0fs",
+                    text,
+                    self.scores.score(text),
+                    self.cfg.graylist_s,
+                )
+                pubsub.add_to_blacklist(peer)  # also drops its stream and subscriptions
+                if self._connected(peer):
+                    with trio.move_on_after(self.cfg.dial_timeout_s):
+                        try:
+                            await self.host.disconnect(peer)
+                        except Exception as err:  # already half-closed: it is gone anyway
+                            log.debug("disconnect %s: %r", text, err)
 
     async def _publish_loop(self, pubsub: Pubsub) -> None:
         while True:
@@ -320,6 +398,7 @@ class P2PHost:
             for p in store.peers_with_addrs()
             if p != self.peer_id
             and p not in connected
+            and p not in self._blacklisted
             and self._dial_backoff.get(p, (0.0, 0.0))[0] <= now
         ]
         random.shuffle(candidates)
@@ -355,6 +434,8 @@ class P2PHost:
             "topic_peers": len(pubsub.peer_topics.get(self.topic, ())),
             "mesh_size": len(gs.mesh.get(self.topic, ())) if gs is not None else 0,
             "dht_routing_table": self.dht.get_routing_table_size() if self.dht else 0,
+            "peer_scores": self.scores.snapshot(),
+            "graylisted": sorted(p.to_base58() for p in self._blacklisted),
             "updated_at": time.time(),
         }
 

@@ -175,6 +175,8 @@ class GossipTransport:
             "topic_peers": snap.get("topic_peers", 0),
             "mesh_size": snap.get("mesh_size", 0),
             "dht_routing_table": snap.get("dht_routing_table", 0),
+            "peer_scores": snap.get("peer_scores", {}),  # lowest first; see p2p.peerscore
+            "graylisted": snap.get("graylisted", []),
             "msgs_in": counters.get("msgs_in", 0),
             "msgs_out": counters.get("msgs_out", 0),
             "bytes_in": counters.get("bytes_in", 0),

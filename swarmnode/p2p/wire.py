@@ -242,7 +242,8 @@ def _check(obj: Any) -> Batch:
     if not isinstance(obj, dict):
         raise WireError("schema", f"message is {type(obj).__name__}, expected map")
     version = obj.get("v")
-    if version not in ACCEPTED_VERSIONS or isinstance(version, bool):
+    # exactly an int: 2.0 == 2 and True == 1 in Python, neither is a version here
+    if type(version) is not int or version not in ACCEPTED_VERSIONS:
         raise WireError("version", f"version {version!r}, this node reads {ACCEPTED_VERSIONS}")
     d = _keys(obj, _TOP_KEYS, "message")
     round_ = _int(d["round"], "round")

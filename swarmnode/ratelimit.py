@@ -1,0 +1,191 @@
+"""Pricing what peers make this node do: token buckets, a time budget, a quiet log.
+
+Role: small, dependency-free building blocks that keep one stranger (or a few
+hundred Sybils) from buying more of this node's time than configured.
+
+- ``TokenBucket`` / ``PeerBuckets``: per-peer rates (messages or groups a second)
+  with a burst; excess is refused *before* any expensive work and counted by the
+  caller.
+- ``TimeShare``: the fraction of wall time a worker spent busy over a sliding
+  window, and how long to wait so that it stays under a configured share.
+- ``RepeatFilter``: a logging filter that lets the same message template through a
+  few times per interval and then only a summary, so a flood cannot grow the log.
+
+Invariants:
+- Every structure is bounded: ``PeerBuckets`` forgets the least recently seen peer
+  past ``max_peers``; ``RepeatFilter`` keeps at most ``max_keys`` templates.
+- Time comes from an injectable clock (monotonic by default), so tests never sleep.
+- Thread-safe where both threads touch them (``PeerBuckets``, ``TimeShare``,
+  ``RepeatFilter``).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+Clock = Callable[[], float]
+
+
+class TokenBucket:
+    """``rate`` tokens a second, at most ``burst`` saved up; starts full."""
+
+    __slots__ = ("burst", "rate", "stamp", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        if rate <= 0 or burst <= 0:
+            raise ValueError("rate and burst must be > 0")
+        self.rate, self.burst = rate, burst
+        self.tokens, self.stamp = burst, now
+
+    def take(self, n: float, now: float) -> bool:
+        """Spend ``n`` tokens if there are that many; False (and spend none) if not."""
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.tokens >= n:
+            self.tokens -= n
+            return True
+        return False
+
+
+class PeerBuckets:
+    """One ``TokenBucket`` per peer key, bounded to ``max_peers`` (LRU forgets).
+
+    A forgotten peer comes back with a full bucket: with ``max_peers`` well above the
+    number of peers that really talk to us, that costs at most one burst per churn."""
+
+    def __init__(
+        self, rate: float, burst: float, max_peers: int = 4096, clock: Clock = time.monotonic
+    ) -> None:
+        self.rate, self.burst, self.max_peers, self.clock = rate, burst, max_peers, clock
+        self._buckets: OrderedDict[str, TokenBucket] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, peer: str, n: float = 1.0) -> bool:
+        now = self.clock()
+        with self._lock:
+            bucket = self._buckets.get(peer)
+            if bucket is None:
+                bucket = self._buckets[peer] = TokenBucket(self.rate, self.burst, now)
+                while len(self._buckets) > self.max_peers:
+                    self._buckets.popitem(last=False)
+            else:
+                self._buckets.move_to_end(peer)
+            return bucket.take(n, now)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._buckets)
+
+
+class TimeShare:
+    """Busy time over the last ``window_s`` seconds, as a share of wall time.
+
+    ``record(start, end)`` notes one busy interval; ``share()`` is the busy fraction
+    of the window; ``wait_s()`` is how long to stay idle before the next piece of work
+    so that the share falls back to ``max_share``."""
+
+    def __init__(self, max_share: float, window_s: float = 30.0, clock: Clock = time.monotonic):
+        if not 0 < max_share <= 1:
+            raise ValueError("max_share must be in (0, 1]")
+        self.max_share, self.window_s, self.clock = max_share, window_s, clock
+        self._spans: list[tuple[float, float]] = []
+        self._lock = threading.Lock()
+        self.busy_total_s = 0.0
+
+    def record(self, start: float, end: float) -> None:
+        with self._lock:
+            self._spans.append((start, end))
+            self.busy_total_s += max(0.0, end - start)
+            self._trim(end)
+
+    def _trim(self, now: float) -> None:
+        cutoff = now - self.window_s
+        while self._spans and self._spans[0][1] <= cutoff:
+            self._spans.pop(0)
+
+    def _busy(self, now: float) -> float:
+        cutoff = now - self.window_s
+        return sum(max(0.0, e - max(s, cutoff)) for s, e in self._spans)
+
+    def share(self) -> float:
+        now = self.clock()
+        with self._lock:
+            self._trim(now)
+            return self._busy(now) / self.window_s
+
+    def wait_s(self) -> float:
+        """Seconds to wait until busy / window <= max_share (0 when already under)."""
+        now = self.clock()
+        with self._lock:
+            self._trim(now)
+            excess = self._busy(now) - self.max_share * self.window_s
+            if excess <= 0:
+                return 0.0
+            # Busy time leaves the window as the window slides past old spans; waiting
+            # ``excess`` seconds is enough when it all lies in spans already closed.
+            return min(excess, self.window_s)
+
+
+class RepeatFilter(logging.Filter):
+    """Let each (logger, template) through ``burst`` times per ``interval_s``.
+
+    Past that, records are dropped and counted; the next record let through for that
+    template carries "(N similar suppressed)". Bounded: at most ``max_keys`` templates
+    are tracked (the stalest is forgotten)."""
+
+    def __init__(
+        self,
+        burst: int = 5,
+        interval_s: float = 60.0,
+        max_keys: int = 1024,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        super().__init__()
+        self.burst, self.interval_s, self.max_keys, self.clock = burst, interval_s, max_keys, clock
+        self._state: OrderedDict[tuple[str, str], list[float]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.suppressed = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        key = (record.name, str(record.msg))
+        now = self.clock()
+        with self._lock:
+            st = self._state.get(key)
+            if st is None or now - st[0] >= self.interval_s:
+                hidden = int(st[2]) if st is not None else 0
+                self._state[key] = st = [now, 0.0, 0.0]
+                self._state.move_to_end(key)
+                while len(self._state) > self.max_keys:
+                    self._state.popitem(last=False)
+                if hidden:
+                    record.msg = f"{record.msg} ({hidden} similar suppressed)"
+            st[1] += 1
+            if st[1] <= self.burst:
+                return True
+            st[2] += 1
+            self.suppressed += 1
+            return False
+
+
+_LIBP2P_FILTER = RepeatFilter()
+
+
+def quiet_network_logs(prefixes: tuple[str, ...] = ("libp2p", "swarmnode.p2p")) -> RepeatFilter:
+    """Attach one shared ``RepeatFilter`` to every logger named after ``prefixes``.
+
+    Filters on a logger apply only to records logged on it (not to children), so it is
+    attached to each existing module logger; call after importing libp2p. Idempotent."""
+    names = [
+        n
+        for n in [*prefixes, *logging.Logger.manager.loggerDict]
+        if any(n == p or n.startswith(p + ".") for p in prefixes)
+    ]
+    for name in names:
+        lg = logging.getLogger(name)
+        if _LIBP2P_FILTER not in lg.filters:
+            lg.addFilter(_LIBP2P_FILTER)
+    return _LIBP2P_FILTER

@@ -86,7 +86,7 @@ class TimeShare:
 
     ``record(start, end)`` notes one busy interval; ``share()`` is the busy fraction
     of the window; ``wait_s()`` is how long to stay idle before the next piece of work
-    so that the share falls back to ``max_share``."""
+    so that the share, including the next piece of work, stays under ``max_share``."""
 
     def __init__(self, max_share: float, window_s: float = 30.0, clock: Clock = time.monotonic):
         if not 0 < max_share <= 1:
@@ -122,7 +122,11 @@ class TimeShare:
         now = self.clock()
         with self._lock:
             self._trim(now)
-            excess = self._busy(now) - self.max_share * self.window_s
+            # Room is kept for the next piece of work, estimated as the mean recent span,
+            # so that the share *after* it stays within budget.
+            spans = [e - s for s, e in self._spans]
+            reserve = sum(spans) / len(spans) if spans else 0.0
+            excess = self._busy(now) + reserve - self.max_share * self.window_s
             if excess <= 0:
                 return 0.0
             # Busy time leaves the window as the window slides past old spans; waiting

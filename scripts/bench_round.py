@@ -13,9 +13,10 @@ clip 0.2/0.28, token-level loss, grad-norm clip 1.0).
   at its defaults: it samples with bf16 weights where the CPU has bf16
   instructions (``rollout.dtype: auto``; ``--rollout-dtype float32`` to compare
   like for like) and trains in fp32.
-  ``update`` skips groups whose rewards are all equal; with a 135M model that is
-  most groups, which would time an empty step. Unless ``--allow-skip`` is given,
-  such a group gets a tiny reward ramp (1e-3 * j, timing only) so that every
+  ``update`` skips groups without signal (reward std < ``SIGNAL_MIN_STD``); with
+  a 135M model that is most groups, which would time an empty step. Unless
+  ``--allow-skip`` is given, such a group's rewards are replaced by alternating
+  0/1 (timing only: the step's cost does not depend on the values) so that every
   completion is trained on, as TRL trains on every completion.
 - TRL: ``GRPOTrainer`` at its fastest correct settings here: beta=0 (no reference
   forward), num_iterations=1 and one gradient-accumulation step of 16 completions
@@ -33,7 +34,9 @@ the order flips every round) so machine noise hits both alike. The first
 ``--warmup`` rounds of each are not timed. The prompts TRL tokenised are checked
 against swarmnode's. Peak memory is ~10 GiB, mostly TRL's 16-row loss forward
 (full-vocabulary logits and entropies). The last line is ``name=value`` pairs; ``ratio`` is
-ours / TRL of the median round times (goal: <= 0.5).
+ours / TRL of the median round times (goal: <= 0.5). It also carries the proof that
+both did the whole work: ``*_groups_trained`` and ``*_tokens_trained`` (medians per
+timed round; ours from ``StepStats``, TRL's from the completion masks its loss saw).
 
     .venv/bin/python scripts/bench_round.py                # 1 warm-up + 5 timed rounds
     .venv/bin/python scripts/bench_round.py --rounds 2 --threads 1
@@ -63,6 +66,8 @@ class Timing:
     total: float = 0.0
     gen: float = 0.0
     tokens: int = 0  # completion tokens generated (EOS included)
+    groups_trained: int = 0  # groups whose completions entered the loss
+    tokens_trained: int = 0  # completion tokens the loss covered
     note: str = ""
 
     @property
@@ -112,14 +117,14 @@ def parse_args() -> argparse.Namespace:
 
 
 def with_signal(group: Any) -> Any:
-    """The group itself if its rewards differ, else a copy with a tiny ramp added.
+    """The group itself if it has signal, else a copy with rewards 0, 1, 0, 1, ...
 
     Only for timing: it makes ``grpo_step`` do the forward/backward that TRL does
-    on every group, instead of skipping a group with zero advantages.
+    on every group, instead of skipping a group without signal.
     """
-    if max(group.rewards) - min(group.rewards) > 1e-6:
+    if group.has_signal:
         return group
-    return replace(group, rewards=[r + 1e-3 * j for j, r in enumerate(group.rewards)])
+    return replace(group, rewards=[float(j % 2) for j in range(len(group.rewards))])
 
 
 def completion_text(completion: Any) -> str:
@@ -283,6 +288,18 @@ def main() -> int:
     def current_step() -> int:
         return theirs.state.global_step
 
+    def counted_loss(inner: Any) -> Any:
+        def wrapper(model: Any, inputs: dict[str, Any], *a: Any, **kw: Any) -> Any:
+            timing = results.trl[current_step()]
+            timing.tokens_trained += int(inputs["completion_mask"].sum())
+            rows = int(inputs["completion_mask"].shape[0])
+            timing.groups_trained += rows  # completions for now; divided by G at step end
+            return inner(model, inputs, *a, **kw)
+
+        return wrapper
+
+    theirs.compute_loss = counted_loss(theirs.compute_loss)  # type: ignore[method-assign]
+
     theirs._generate_and_score_completions = timed_generate_and_score(  # type: ignore[method-assign]
         theirs._generate_and_score_completions
     )
@@ -292,13 +309,20 @@ def main() -> int:
         t0 = time.perf_counter()
         groups, gen = ours.rollout(k + 1)
         t1 = time.perf_counter()
-        natural_skips = sum(1 for g in groups if max(g.rewards) - min(g.rewards) <= 1e-6)
+        natural_skips = sum(1 for g in groups if not g.has_signal)
         if not args.allow_skip:
             groups = [with_signal(g) for g in groups]
         step = ours.update(groups)
         t2 = time.perf_counter()
         note = f"no-signal groups {natural_skips}, trained {step.groups_trained}"
-        results.ours[k] = Timing(total=t2 - t0, gen=t1 - t0, tokens=gen.tokens, note=note)
+        results.ours[k] = Timing(
+            total=t2 - t0,
+            gen=t1 - t0,
+            tokens=gen.tokens,
+            groups_trained=step.groups_trained,
+            tokens_trained=step.tokens_trained,
+            note=note,
+        )
 
     class Interleave(TrainerCallback):  # type: ignore[misc]
         """Times each TRL optimizer step; runs swarmnode's round k before or after it."""
@@ -322,6 +346,7 @@ def main() -> int:
             k = state.global_step - 1  # already advanced past the step that just ended
             timing = results.trl[k]
             timing.total = elapsed
+            timing.groups_trained //= COMPLETIONS  # every completion of a group, or none
             calls = gen_calls[self.calls_before :]
             prompts = sorted({tuple(p) for c in calls for p in c})
             same = prompts == expected_prompts[k]
@@ -335,9 +360,10 @@ def main() -> int:
             rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
             print(
                 f"round {k} {tag} ours {ours_t.total:6.2f}s (gen {ours_t.gen:5.2f} + train "
-                f"{ours_t.train:5.2f}, {ours_t.tokens} tok, {ours_t.note}) "
-                f"| TRL {timing.total:6.2f}s "
+                f"{ours_t.train:5.2f}, {ours_t.tokens} tok, {ours_t.tokens_trained} trained, "
+                f"{ours_t.note}) | TRL {timing.total:6.2f}s "
                 f"(gen {timing.gen:5.2f} + train {timing.train:5.2f}, {timing.tokens} tok, "
+                f"{timing.tokens_trained} trained, {timing.groups_trained} groups, "
                 f"{timing.note}) peak RSS {rss_mb:.0f} MiB",
                 flush=True,
             )
@@ -370,6 +396,10 @@ def main() -> int:
         "trl_train_s": med(results.trl, "train"),
         "ours_tokens": med(results.ours, "tokens"),
         "trl_tokens": med(results.trl, "tokens"),
+        "ours_groups_trained": med(results.ours, "groups_trained"),
+        "trl_groups_trained": med(results.trl, "groups_trained"),
+        "ours_tokens_trained": med(results.ours, "tokens_trained"),
+        "trl_tokens_trained": med(results.trl, "tokens_trained"),
     }
     print(
         " ".join(f"{k}={v:.3f}" for k, v in figures.items())

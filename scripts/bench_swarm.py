@@ -56,9 +56,9 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from swarmnode.config import SwarmConfig, parse_config  # noqa: E402
+from swarmnode.control import ControlError, query_status  # noqa: E402
 from swarmnode.groups import RolloutGroup  # noqa: E402
-from swarmnode.metrics import read_metrics  # noqa: E402
-from swarmnode.p2p.control import ControlError, query_status  # noqa: E402
+from swarmnode.metrics import read_rounds  # noqa: E402
 from swarmnode.p2p.transport import GossipTransport  # noqa: E402
 from swarmnode.p2p.wire import encode_batch  # noqa: E402
 from swarmnode.tasks import TaskMix  # noqa: E402
@@ -157,7 +157,7 @@ async def replay_peers(
     seen = 0
     try:
         while not stop.is_set():
-            n = len(read_metrics(node_data / "metrics.jsonl"))
+            n = len(read_rounds(node_data / "metrics.jsonl"))
             for r in range(seen + 1, n + 1):
                 for p, mix in zip(peers, mixes, strict=True):
                     groups = peer_batch(mix, r, args.questions, args.completions, args.chars, rng)
@@ -170,8 +170,8 @@ async def replay_peers(
 
 
 def round_times(path: Path, warmup: int, rounds: int) -> list[float]:
-    recs = [r for r in read_metrics(path) if r["round"] <= rounds]
-    t = [r["time"] for r in recs]
+    recs = [r for r in read_rounds(path) if r.round <= rounds]
+    t = [r.time for r in recs]
     return [b - a for a, b in zip(t[warmup:], t[warmup + 1 :], strict=False)]
 
 
@@ -224,7 +224,7 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
     status: dict[str, Any] = {}
     deadline = time.monotonic() + args.timeout
     try:
-        while any(len(read_metrics(tmp / k / "metrics.jsonl")) < args.rounds for k in procs):
+        while any(len(read_rounds(tmp / k / "metrics.jsonl")) < args.rounds for k in procs):
             for k, p in procs.items():
                 if p.poll() is not None:
                     raise SystemExit(f"{k} exited: {(tmp / f'{k}.log').read_text()[-2000:]}")
@@ -242,24 +242,24 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
             p.wait(timeout=60)
         await asyncio.wait_for(peers, 30)
     times = {k: round_times(tmp / k / "metrics.jsonl", args.warmup, args.rounds) for k in procs}
-    recs = {k: read_metrics(tmp / k / "metrics.jsonl")[args.warmup : args.rounds] for k in procs}
-    sw = [r for r in recs["swarm"]]
+    recs = {k: read_rounds(tmp / k / "metrics.jsonl")[args.warmup : args.rounds] for k in procs}
+    sw = recs["swarm"]
     out: dict[str, Any] = {
         "model": "tiny-llama" if args.model is None else args.model,
         "rounds": len(times["swarm"]),
         "alone_round_s": round(med(times["alone"]), 4),
         "swarm_round_s": round(med(times["swarm"]), 4),
         "ratio": round(med(times["swarm"]) / med(times["alone"]), 3),
-        "alone_gen_s": round(med([r["gen_seconds"] for r in recs["alone"]]), 4),
-        "swarm_gen_s": round(med([r["gen_seconds"] for r in recs["swarm"]]), 4),
-        "alone_train_s": round(med([r["train_seconds"] for r in recs["alone"]]), 4),
-        "swarm_train_s": round(med([r["train_seconds"] for r in recs["swarm"]]), 4),
-        "external_per_round": round(statistics.mean(r["external_groups"] for r in sw), 2),
-        "peers": sw[-1].get("peers"),
-        "msgs_in_per_round": round((sw[-1]["msgs_in"] - sw[0]["msgs_in"]) / max(1, len(sw) - 1), 2),
-        "ingest_accepted": sw[-1].get("ingest_accepted"),
-        "ingest_rejected": json.dumps(sw[-1].get("ingest_rejected"), separators=(",", ":")),
-        "msg_bytes": round(statistics.mean(r["published_bytes"] for r in sw)),
+        "alone_gen_s": round(med([r.gen_seconds for r in recs["alone"]]), 4),
+        "swarm_gen_s": round(med([r.gen_seconds for r in recs["swarm"]]), 4),
+        "alone_train_s": round(med([r.train_seconds for r in recs["alone"]]), 4),
+        "swarm_train_s": round(med([r.train_seconds for r in recs["swarm"]]), 4),
+        "external_per_round": round(statistics.mean(r.external_groups for r in sw), 2),
+        "peers": sw[-1].peers,
+        "msgs_in_per_round": round((sw[-1].msgs_in - sw[0].msgs_in) / max(1, len(sw) - 1), 2),
+        "ingest_accepted": sw[-1].ingest_accepted,
+        "ingest_rejected": json.dumps(sw[-1].ingest_rejected, separators=(",", ":")),
+        "msg_bytes": round(statistics.mean(r.published_bytes for r in sw)),
         "bytes_in_per_round": round(status["swarm"]["bytes_in"] / max(1, status["node"]["round"])),
     }
     if not args.keep:  # kept on failure, for the logs

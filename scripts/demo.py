@@ -56,16 +56,16 @@ def pump(name: str, stream: Any) -> None:
 
 def summary(out: Path, n: int) -> None:
     sys.path.insert(0, str(REPO))
-    from swarmnode.metrics import read_metrics
+    from swarmnode.metrics import read_rounds
 
     print("\nnode    rounds  reward first5  reward last5  external groups trained  peers")
     for i in range(n):
-        recs = read_metrics(out / f"node-{i}" / "metrics.jsonl")
+        recs = read_rounds(out / f"node-{i}" / "metrics.jsonl")
         if not recs:
             print(f"node-{i}  no rounds")
             continue
-        first = sum(r["reward_mean"] for r in recs[:5]) / len(recs[:5])
-        last = sum(r["reward_mean"] for r in recs[-5:]) / len(recs[-5:])
+        first = sum(r.reward_mean for r in recs[:5]) / len(recs[:5])
+        last = sum(r.reward_mean for r in recs[-5:]) / len(recs[-5:])
         ext = sum(r.get("external_groups", 0) for r in recs)
         peers = max((r.get("external_peers", 0) for r in recs), default=0)
         print(f"node-{i}  {len(recs):>6}  {first:>13.3f}  {last:>12.3f}  {ext:>23}  {peers:>5}")

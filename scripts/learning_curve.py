@@ -20,7 +20,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from swarmnode.metrics import moving_average, read_metrics  # noqa: E402
+from swarmnode.metrics import moving_average, read_rounds  # noqa: E402
 
 
 def plot(rounds: list[int], rewards: list[float], avg: list[float], path: Path, title: str) -> None:
@@ -72,9 +72,9 @@ def main() -> None:
     if proc.returncode != 0:
         sys.exit(f"node exited with {proc.returncode}")
 
-    records = read_metrics(data / "metrics.jsonl")
-    rounds = [r["round"] for r in records]
-    rewards = [r["reward_mean"] for r in records]
+    records = read_rounds(data / "metrics.jsonl")
+    rounds = [r.round for r in records]
+    rewards = [r.reward_mean for r in records]
     avg = moving_average(rewards, args.window)
     print("\nround  reward  moving_avg")
     for r, x, a in zip(rounds, rewards, avg, strict=True):
@@ -84,7 +84,7 @@ def main() -> None:
     print(f"plot: {png}")
     first = sum(rewards[:10]) / max(1, len(rewards[:10]))
     last = sum(rewards[-10:]) / max(1, len(rewards[-10:]))
-    secs = sum(r["gen_seconds"] + r["train_seconds"] for r in records) / max(1, len(records))
+    secs = sum(r.gen_seconds + r.train_seconds for r in records) / max(1, len(records))
     print(
         f"rounds={len(rounds)} first10_reward={first:.4f} last10_reward={last:.4f} "
         f"delta={last - first:+.4f} mean_round_s={secs:.1f}"

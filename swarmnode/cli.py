@@ -4,8 +4,9 @@ Invariants:
 - Nothing heavy (torch, transformers, libp2p) is imported before arguments parse.
 - ``status``/``peers`` only read the node's control socket (loopback, read-only);
   no node running there is one line and exit 1.
-- A bad config or unusable model prints one line naming the field and exits 2;
-  tracebacks are for bugs only.
+- Every ``SwarmnodeError`` prints one line and exits with its ``exit_code`` (2: a
+  bad config field, key file or model, a data_dir in use; 1: the network side
+  failed); tracebacks are for bugs only.
 """
 
 from __future__ import annotations
@@ -81,30 +82,20 @@ def start(
     _logging(log_level)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: for a node that seems stuck.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
-    from swarmnode.p2p.control import ControlError
-    from swarmnode.p2p.identity import IdentityError
-    from swarmnode.p2p.transport import TransportError
+    from swarmnode.daemon import run_daemon
+    from swarmnode.errors import SwarmnodeError
 
     try:
         if cfg.swarm.enabled and cfg.swarm.role == "bootstrap":
-            from swarmnode.p2p.standalone import serve_bootstrap
+            from swarmnode.bootstrap import BootstrapNode
 
-            serve_bootstrap(cfg)
-            return
-        from swarmnode.model import ModelLoadError
-        from swarmnode.node import run
-        from swarmnode.swarm import SwarmError
+            run_daemon(BootstrapNode(cfg))
+        else:
+            from swarmnode.node import Node
 
-        try:
-            run(cfg)
-        except ModelLoadError as err:
-            raise _fail(str(err)) from None
-        except SwarmError as err:
-            raise _fail(f"swarm: {err}", code=1) from None
-    except (ControlError, IdentityError) as err:
-        raise _fail(str(err)) from None
-    except TransportError as err:
-        raise _fail(f"network: {err}", code=1) from None
+            run_daemon(Node(cfg))
+    except SwarmnodeError as err:
+        raise _fail(err.one_line(), err.exit_code) from None
 
 
 @app.command("eval")
@@ -117,20 +108,26 @@ def eval_(
     """Score the node's newest checkpoint on held-out items (seeds no node trains on)."""
     cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)})
     _logging("warning")
+    from swarmnode.errors import SwarmnodeError
     from swarmnode.evaluate import evaluate
-    from swarmnode.model import ModelLoadError
 
     try:
         result = evaluate(cfg, n=items)
-    except ModelLoadError as err:
-        raise _fail(str(err)) from None
+    except SwarmnodeError as err:
+        raise _fail(err.one_line(), err.exit_code) from None
     if json_:
         typer.echo(json.dumps(result, indent=1))
         return
-    typer.echo(f"checkpoint round {result['round']}, {result['items']} held-out items")
-    for name, acc in sorted(result["per_dataset"].items()):
-        typer.echo(f"  {name:<28} {acc:.3f}")
-    typer.echo(f"  {'all':<28} {result['accuracy']:.3f}")
+    typer.echo(
+        f"checkpoint round {result['round']}, {result['items']} held-out items, strict "
+        f"accuracy (score 1.0); {result['seen_in_training']:.0%} of the questions also "
+        "occur in training"
+    )
+    for name, d in sorted(result["per_dataset"].items()):
+        flag = "  COLLAPSED: one answer for most items" if d["collapsed"] else ""
+        typer.echo(f"  {name:<28} {d['accuracy']:.3f}  (mean score {d['mean_score']:.3f}){flag}")
+    lo, hi = result["interval"]
+    typer.echo(f"  {'all (95% interval)':<28} {result['accuracy']:.3f}  ({lo:.3f}-{hi:.3f})")
 
 
 def _data_dir(config: Path | None, data_dir: Path | None) -> Path:
@@ -142,7 +139,7 @@ def _data_dir(config: Path | None, data_dir: Path | None) -> Path:
 
 
 def _query(config: Path | None, data_dir: Path | None) -> dict[str, Any]:
-    from swarmnode.p2p.control import ControlError, query_status
+    from swarmnode.control import ControlError, query_status
 
     try:
         return query_status(_data_dir(config, data_dir))
@@ -182,26 +179,26 @@ def keygen(
     ] = False,
 ) -> None:
     """Make this node's identity key (kept if it exists), or a swarm PSK with --psk."""
-    from swarmnode.p2p.control import cmd_keygen
-    from swarmnode.p2p.identity import IdentityError
+    from swarmnode.errors import SwarmnodeError
+    from swarmnode.keys import keygen as make_keys
 
     try:
-        typer.echo(cmd_keygen(data_dir, psk=psk))
-    except IdentityError as err:
-        raise _fail(str(err)) from None
+        typer.echo(make_keys(data_dir, psk=psk))
+    except SwarmnodeError as err:
+        raise _fail(err.one_line(), err.exit_code) from None
 
 
 @app.command("id")
 def id_(config: ConfigOpt, data_dir: DataDirOpt = None) -> None:
     """Print this node's peer ID and listen multiaddrs (creates the identity if missing)."""
     cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)})
-    from swarmnode.p2p.control import cmd_id
-    from swarmnode.p2p.identity import IdentityError
+    from swarmnode.errors import SwarmnodeError
+    from swarmnode.keys import node_id
 
     try:
-        typer.echo(cmd_id(cfg))
-    except IdentityError as err:
-        raise _fail(str(err)) from None
+        typer.echo(node_id(cfg))
+    except SwarmnodeError as err:
+        raise _fail(err.one_line(), err.exit_code) from None
 
 
 def main() -> None:

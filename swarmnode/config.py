@@ -17,10 +17,12 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from swarmnode.errors import SwarmnodeError
+
 EMBEDDED_MODEL = "embedded:smollm2-135m"
 
 
-class ConfigError(Exception):
+class ConfigError(SwarmnodeError):
     """A config that cannot be used; ``str(err)`` is one line naming the field."""
 
 

@@ -15,7 +15,10 @@ Invariants:
   queue; groups stamped in the future beyond ``max_clock_skew_s`` are refused.
 - Only the accepted catalog (this node's datasets with their exact configs, plus
   ``sapo.extra_catalog``) is ever regenerated: no peer can make us build a huge or
-  slow dataset.
+  slow dataset. Configs are compared as values (a peer's 1 equals our 1.0), and a
+  kept group carries our own config.
+- Held-out items (seed >= ``evaluate.HELDOUT_SEED``) are refused ("heldout"): no
+  node trains on what ``swarmnode eval`` scores, whatever its peers send.
 - Groups with no signal after re-scoring (all rewards equal) are not kept: they
   would be filtered before training anyway (the paper's zero-advantage filter).
 - Every refusal is counted by reason; nothing a peer sends raises out of ``offer``.
@@ -24,6 +27,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
@@ -33,12 +37,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from swarmnode.config import DatasetSpec, SapoConfig
+from swarmnode.evaluate import HELDOUT_SEED
 from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.rewards import Scorer
 from swarmnode.tasks import TaskError, ref_config, regenerate
 
-Scorer = Callable[[Sequence[str], dict[str, Any]], tuple[list[float], list[float]]]
-
 REASONS = (
+    "heldout",
     "out_of_catalog",
     "unregenerable",
     "question_mismatch",
@@ -91,16 +96,44 @@ def _same_rewards(claimed: Sequence[object], ours: Sequence[float]) -> bool:
     )
 
 
+def _value_key(value: object) -> object:
+    """A hashable form of a config value, equal for equal values whatever their encoding.
+
+    A whole float is its int (msgpack encoders of JavaScript peers write 1.0 as 1);
+    bools stay apart from numbers (True is not 1 to reasoning-gym's code).
+
+    >>> _value_key({"a": 1.0, "b": [True, 2]}) == _value_key({"b": [True, 2.0], "a": 1})
+    True
+    >>> _value_key({"a": True}) == _value_key({"a": 1})
+    False
+    """
+    if isinstance(value, bool):
+        return ("bool", value)
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict):
+        return ("dict", frozenset((k, _value_key(v)) for k, v in value.items()))
+    if isinstance(value, list | tuple):
+        return ("list", tuple(_value_key(v) for v in value))
+    return value
+
+
 class Catalog:
-    """The (dataset, exact config) pairs a node agrees to regenerate."""
+    """The (dataset, exact config) pairs a node agrees to regenerate, compared by value."""
 
     def __init__(self, specs: Sequence[DatasetSpec]) -> None:
-        self._allowed = {
-            (s.name, ItemRef(s.name, ref_config(s.config, s.size), 0, 0).config_key) for s in specs
-        }
+        self._configs: dict[tuple[str, object], dict[str, Any]] = {}
+        for spec in specs:
+            config = ref_config(spec.config, spec.size)
+            self._configs[(spec.name, _value_key(config))] = config
 
-    def allows(self, ref: ItemRef) -> bool:
-        return (ref.dataset, ref.config_key) in self._allowed
+    def canonical(self, ref: ItemRef) -> ItemRef | None:
+        """``ref`` with this node's own config values, or None when out of catalog."""
+        try:
+            config = self._configs.get((ref.dataset, _value_key(ref.config)))
+        except TypeError:  # an unhashable value: nothing we would ever build
+            return None
+        return None if config is None else dataclasses.replace(ref, config=config)
 
 
 class IngestQueue:
@@ -152,10 +185,13 @@ class IngestQueue:
         with self._lock:
             if key in self._seen:
                 return "duplicate"
-        if not self.catalog.allows(group.ref):
+        if group.ref.seed >= HELDOUT_SEED:
+            return "heldout"
+        ref = self.catalog.canonical(group.ref)
+        if ref is None:
             return "out_of_catalog"
         try:
-            entry = regenerate(group.ref)
+            entry = regenerate(ref)
         except TaskError:
             return "unregenerable"
         if entry["question"] != group.question:
@@ -166,7 +202,7 @@ class IngestQueue:
             return "verifier_error"
         claimed_match = _same_rewards(group.rewards, rewards)
         verified = RolloutGroup(
-            ref=group.ref,
+            ref=ref,
             question=group.question,
             completions=list(group.completions),
             rewards=rewards,

@@ -1,51 +1,109 @@
-"""Per-round metrics: one JSON line per round in ``<data_dir>/metrics.jsonl``.
+"""Per-round metrics: one ``RoundRecord`` per round, a JSON line in ``<data_dir>/metrics.jsonl``.
+
+Role: the round record's type, its file, and the reader every consumer uses
+(``swarmnode status`` via the node, ``report``, the scripts).
 
 Invariants:
 - A line is written and flushed as soon as its round ends, so ``tail -f`` and a
   crash both see every finished round; lines are appended, never rewritten.
-- The record's keys are stable (others may be added, none renamed): round, time,
-  reward_mean, accuracy, format_reward, groups_trained, groups_skipped,
-  gen_seconds, train_seconds, tokens_generated, ...
+- The line's keys are ``RoundRecord``'s field names: fields may be added, none
+  renamed. ``read_rounds`` reads older files too: unknown keys are ignored, missing
+  ones take their defaults (0: a node training alone has no network figures).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from swarmnode.groups import RolloutGroup
 
 
+def _now() -> float:
+    return round(time.time(), 3)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RoundRecord:
+    """What one finished round did (one line of metrics.jsonl)."""
+
+    round: int
+    time: float = field(default_factory=_now)  # unix seconds, when the round ended
+    # The round's own rollouts (before any sampling).
+    reward_mean: float = 0.0  # what training sees (task score + weighted format reward)
+    accuracy: float = 0.0  # the task score alone
+    format_reward: float = 0.0
+    gen_seconds: float = 0.0
+    tokens_generated: int = 0
+    # The update.
+    groups_trained: int = 0
+    groups_skipped: int = 0  # no signal, or stopped before their micro-batch
+    train_seconds: float = 0.0  # composing the batch + the GRPO step
+    tokens_trained: int = 0
+    tokens_masked: int = 0
+    loss: float = 0.0
+    kl: float = 0.0
+    grad_norm: float = 0.0
+    clip_fraction: float = 0.0
+    # The batch's composition (SwarmSampler).
+    local_groups: int = 0
+    external_groups: int = 0
+    external_peers: int = 0
+    external_shortfall: int = 0  # external slots nobody could fill
+    external_by_peer: dict[str, int] = field(default_factory=dict)  # peer -> groups trained on
+    # The network side, after the round (zeros for a node training alone).
+    published_bytes: int = 0
+    queue_groups: int = 0
+    queue_bytes: int = 0
+    ingest_accepted: int = 0  # totals since start
+    ingest_rejected: dict[str, int] = field(default_factory=dict)  # reason -> total
+    peers: int = 0
+    mesh: int = 0
+    msgs_in: int = 0
+    msgs_out: int = 0
+    msgs_rejected: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> RoundRecord:
+        """A record from a metrics line or a status reply (unknown keys ignored)."""
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names})
+
+
 def _mean(xs: Sequence[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def reward_summary(groups: Sequence[RolloutGroup], format_weight: float) -> dict[str, float]:
-    """reward_mean (what training sees), accuracy (task score only), format_reward."""
+def reward_summary(
+    groups: Sequence[RolloutGroup], format_weight: float
+) -> tuple[float, float, float]:
+    """(reward_mean, accuracy, format_reward) of a round's groups, rounded for the log.
+
+    reward_mean is what training sees; accuracy is the task score alone."""
     rewards = [r for g in groups for r in g.rewards]
     fmt = [f for g in groups for f in (g.format_rewards or [0.0] * len(g.rewards))]
     acc = [r - format_weight * f for r, f in zip(rewards, fmt, strict=True)]
-    return {
-        "reward_mean": round(_mean(rewards), 6),
-        "accuracy": round(_mean(acc), 6),
-        "format_reward": round(_mean(fmt), 6),
-    }
+    return round(_mean(rewards), 6), round(_mean(acc), 6), round(_mean(fmt), 6)
 
 
 class MetricsLog:
-    """Append-only JSONL writer."""
+    """Append-only JSONL writer of round records."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
-    def write(self, record: dict[str, Any]) -> None:
-        record = {"time": round(time.time(), 3), **record}
-        self._file.write(json.dumps(record, separators=(",", ":")) + "\n")
+    def write(self, record: RoundRecord) -> None:
+        self._file.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
         self._file.flush()
 
     def close(self) -> None:
@@ -53,16 +111,23 @@ class MetricsLog:
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """All records of a metrics file (a torn last line is ignored)."""
+    """All lines of a metrics file as raw dicts (a torn last line is ignored)."""
     out: list[dict[str, Any]] = []
     if not path.is_file():
         return out
     for line in path.read_text(encoding="utf-8").splitlines():
         try:
-            out.append(json.loads(line))
+            rec = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if isinstance(rec, dict) and "round" in rec:
+            out.append(rec)
     return out
+
+
+def read_rounds(path: Path) -> list[RoundRecord]:
+    """All round records of a metrics file, oldest first."""
+    return [RoundRecord.from_json(d) for d in read_metrics(path)]
 
 
 def moving_average(xs: Sequence[float], window: int) -> list[float]:
@@ -80,11 +145,17 @@ def moving_average(xs: Sequence[float], window: int) -> list[float]:
     return out
 
 
-def progress_line(rec: dict[str, Any]) -> str:
+def progress_line(rec: RoundRecord, in_swarm: bool) -> str:
     """The human summary printed per round."""
-    return (
-        f"round {rec['round']:>5}  reward {rec['reward_mean']:.3f}  acc {rec['accuracy']:.3f}"
-        f"  groups {rec['groups_trained']}/{rec['groups_trained'] + rec['groups_skipped']}"
-        f"  gen {rec['gen_seconds']:.1f}s  train {rec['train_seconds']:.1f}s"
-        f"  tok {rec['tokens_generated']}"
+    line = (
+        f"round {rec.round:>5}  reward {rec.reward_mean:.3f}  acc {rec.accuracy:.3f}"
+        f"  groups {rec.groups_trained}/{rec.groups_trained + rec.groups_skipped}"
+        f"  gen {rec.gen_seconds:.1f}s  train {rec.train_seconds:.1f}s"
+        f"  tok {rec.tokens_generated}"
     )
+    if in_swarm:
+        line += (
+            f"  ext {rec.external_groups} from {rec.external_peers}p"
+            f"  queue {rec.queue_groups}  peers {rec.peers}"
+        )
+    return line

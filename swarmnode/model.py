@@ -28,13 +28,14 @@ from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTra
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from swarmnode.config import EMBEDDED_MODEL, ModelConfig
+from swarmnode.errors import SwarmnodeError
 
 log = logging.getLogger(__name__)
 
 EMBEDDED_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 
 
-class ModelLoadError(Exception):
+class ModelLoadError(SwarmnodeError):
     """The configured model cannot be found or loaded; the message says why."""
 
 

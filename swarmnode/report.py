@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from swarmnode.metrics import RoundRecord
+
 
 def _counts(d: dict[str, Any] | None) -> str:
     if not d:
@@ -88,19 +90,13 @@ def format_status(reply: dict[str, Any]) -> str:
         )
     last = node.get("last_round")
     if last:
-        keys = (
-            "round",
-            "reward_mean",
-            "accuracy",
-            "groups_trained",
-            "groups_skipped",
-            "local_groups",
-            "external_groups",
-            "external_peers",
-            "external_shortfall",
-            "queue_groups",
-            "gen_seconds",
-            "train_seconds",
+        rec = RoundRecord.from_json(last)
+        lines.append(
+            f"last round: round={rec.round}  reward_mean={rec.reward_mean}"
+            f"  accuracy={rec.accuracy}  groups_trained={rec.groups_trained}"
+            f"  groups_skipped={rec.groups_skipped}  local_groups={rec.local_groups}"
+            f"  external_groups={rec.external_groups}  external_peers={rec.external_peers}"
+            f"  external_shortfall={rec.external_shortfall}  queue_groups={rec.queue_groups}"
+            f"  gen_seconds={rec.gen_seconds}  train_seconds={rec.train_seconds}"
         )
-        lines.append("last round: " + "  ".join(f"{k}={last[k]}" for k in keys if k in last))
     return "\n".join(lines)

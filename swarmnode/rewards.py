@@ -3,20 +3,23 @@
 The prompt (see ``tasks.build_messages``) asks for the final answer as
 ``<answer>...</answer>``. ``extract_answer`` takes the *last* such span;
 ``accuracy_reward`` scores it with reasoning-gym's own ``score_answer`` for the
-entry's dataset; ``format_reward`` only checks the shape and is logged separately
-(SAPO dropped it from the training signal).
+entry's dataset; ``format_reward`` only checks the shape. ``score_completions`` is
+the training reward of a group, the one scorer for local and peers' completions:
+accuracy plus ``train.format_reward_weight`` times format (weight 0 by default, as
+SAPO trains on the task reward alone; the format reward is always logged).
 
 Invariants:
 - Every function accepts any input without raising: a completion that is not a
   string, an entry without metadata or an unknown dataset all score 0.0.
-- Rewards lie in [0, 1]; NaN or out-of-range verifier output is clamped.
+- Accuracy and format rewards lie in [0, 1] (NaN or out-of-range verifier output is
+  clamped); a training reward lies in [0, 1 + format_weight].
 - No state: the same arguments always give the same reward.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -24,6 +27,8 @@ ANSWER_OPEN = "<answer>"
 ANSWER_CLOSE = "</answer>"
 
 ScoreFn = Callable[[str | None, dict[str, Any]], float]
+# (completions of one item, its regenerated entry) -> (training rewards, format rewards)
+Scorer = Callable[[Sequence[str], Mapping[str, Any]], tuple[list[float], list[float]]]
 
 
 def extract_answer(completion: object) -> str | None:
@@ -146,3 +151,16 @@ def format_reward(completion: object) -> float:
     if single and completion.rstrip().endswith(ANSWER_CLOSE):
         return 1.0
     return 0.5
+
+
+def score_completions(
+    completions: Sequence[str], entry: Mapping[str, Any], format_weight: float
+) -> tuple[list[float], list[float]]:
+    """(training rewards, format rewards) of one item's completions.
+
+    >>> score_completions(["<answer>7</answer>", "7"], {}, 0.5)
+    ([0.5, 0.0], [1.0, 0.0])
+    """
+    fmt = [format_reward(c) for c in completions]
+    acc = [accuracy_reward(c, entry) for c in completions]
+    return [a + format_weight * f for a, f in zip(acc, fmt, strict=True)], fmt

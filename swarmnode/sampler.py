@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -47,6 +48,10 @@ class Composition:
     external: int
     external_peers: int
     shortfall: int  # external slots that had to be filled with local groups (or left empty)
+
+    def by_peer(self) -> dict[str, int]:
+        """External groups in the batch, per sending peer."""
+        return dict(Counter(g.origin for g in self.groups if not g.is_local))
 
 
 def round_lag(entries: Sequence[tuple[str, Entry]]) -> dict[str, int]:
@@ -72,6 +77,8 @@ def signal(group: RolloutGroup) -> float:
 
 
 class SwarmSampler:
+    """Composes each round's update; the node calls it on the trainer thread."""
+
     def __init__(
         self,
         cfg: SapoConfig,

@@ -6,13 +6,14 @@ step. The daemon calls both from a worker thread: nothing here knows about the
 network or the event loop.
 
 Invariants:
-- Rewards are always computed here, from the locally regenerated item: the reward
-  of a completion is reasoning-gym's ``score_answer`` on its extracted answer, plus
+- Rewards of local groups are computed here, from the locally regenerated item,
+  with ``rewards.score_completions`` (the scorer ingestion uses for peers' groups):
+  reasoning-gym's ``score_answer`` on the extracted answer, plus
   ``format_reward_weight`` times the format reward.
 - Prompt token ids come from this node's own tokenizer and chat template, so
   groups from peers with other models train the same way as local ones.
-- All randomness (sampling, init) flows from ``torch_generator``, whose state is
-  checkpointed, so a resumed node draws what an uninterrupted one would have.
+- Sampling draws from ``self.generator`` (seeded with ``train.seed``), whose state
+  is checkpointed, so a resumed node draws what an uninterrupted one would have.
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ from swarmnode.config import Config
 from swarmnode.generate import inference_weights, sample
 from swarmnode.groups import RolloutGroup
 from swarmnode.grpo import StepStats, TokenizedGroup, group_advantages, grpo_step
+from swarmnode.interrupt import stop_points
 from swarmnode.model import Policy, sampling_dtype
-from swarmnode.rewards import accuracy_reward, format_reward
+from swarmnode.rewards import score_completions
 from swarmnode.tasks import TaskMix, build_messages
 
 
@@ -104,10 +106,7 @@ class Trainer:
 
     def score(self, completions: Sequence[str], entry: dict) -> tuple[list[float], list[float]]:
         """(rewards used for training, format rewards) for completions of one item."""
-        fmt = [format_reward(c) for c in completions]
-        w = self.cfg.train.format_reward_weight
-        rewards = [accuracy_reward(c, entry) + w * f for c, f in zip(completions, fmt, strict=True)]
-        return rewards, fmt
+        return score_completions(completions, entry, self.cfg.train.format_reward_weight)
 
     # -- one round -----------------------------------------------------------
 
@@ -171,13 +170,16 @@ class Trainer:
             )
             for g in groups
         ]
-        return grpo_step(
-            self.policy.model,
-            self.optimizer,
-            batch,
-            self.cfg.train,
-            self.pad_id,
-            micro_batch_size=self.cfg.train.micro_batch_size,
-            temperature=self.cfg.rollout.temperature,
-            should_stop=should_stop,
-        )
+        # grpo_step polls should_stop per micro-batch; the stop points bound the wait
+        # inside one (a whole group by default) to a layer's forward or backward.
+        with stop_points(self.policy.model, should_stop):
+            return grpo_step(
+                self.policy.model,
+                self.optimizer,
+                batch,
+                self.cfg.train,
+                self.pad_id,
+                micro_batch_size=self.cfg.train.micro_batch_size,
+                temperature=self.cfg.rollout.temperature,
+                should_stop=should_stop,
+            )

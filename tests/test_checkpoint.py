@@ -3,11 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import torch
@@ -18,39 +14,18 @@ from swarmnode.config import parse_config
 from swarmnode.metrics import read_metrics
 from swarmnode.model import load_policy
 from swarmnode.trainer import Trainer
-from tests.conftest import tiny_config, write_config
-
-REPO = Path(__file__).resolve().parents[1]
-ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}
-
-
-def _start(config: Path, *args: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(config), *args],
-        cwd=REPO,
-        env=ENV,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+from tests.helpers import start_node, tiny_config, wait_rounds, write_config
 
 
 def _adapter(ckpt: Path) -> dict[str, torch.Tensor]:
     return load_file(str(ckpt / "adapter" / "adapter_model.safetensors"))
 
 
-def _wait_rounds(path: Path, n: int, proc: subprocess.Popen[bytes], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while len(read_metrics(path)) < n:
-        assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else ""
-        assert time.monotonic() < deadline, f"fewer than {n} rounds within {timeout}s"
-        time.sleep(0.2)
-
-
 def test_sigkill_resumes_exactly(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = tiny_config(tiny_model_dir, tmp_path / "a", model={"threads": 1})
     killed = write_config(tmp_path / "a.yaml", cfg)
-    proc = _start(killed)
-    _wait_rounds(tmp_path / "a" / "metrics.jsonl", 3, proc, timeout=300)
+    proc = start_node(killed)
+    wait_rounds(tmp_path / "a" / "metrics.jsonl", 3, proc, timeout=300)
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=30)
     ckpts = Checkpointer(tmp_path / "a" / "checkpoints").checkpoints()
@@ -59,7 +34,7 @@ def test_sigkill_resumes_exactly(tiny_model_dir: Path, tmp_path: Path) -> None:
     saved = _adapter(newest)
     lines_before = len(read_metrics(tmp_path / "a" / "metrics.jsonl"))
 
-    resumed = _start(killed, "--max-rounds", str(k + 1))
+    resumed = start_node(killed, "--max-rounds", str(k + 1))
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
     new_lines = read_metrics(tmp_path / "a" / "metrics.jsonl")[lines_before:]
     assert [r["round"] for r in new_lines] == [k + 1]
@@ -69,7 +44,7 @@ def test_sigkill_resumes_exactly(tiny_model_dir: Path, tmp_path: Path) -> None:
     # An uninterrupted node with the same config ends round k + 1 with the very same
     # adapter: weights, optimizer and sampling RNG were all restored exactly.
     ref_cfg = tiny_config(tiny_model_dir, tmp_path / "b", model={"threads": 1})
-    ref = _start(write_config(tmp_path / "b.yaml", ref_cfg), "--max-rounds", str(k + 1))
+    ref = start_node(write_config(tmp_path / "b.yaml", ref_cfg), "--max-rounds", str(k + 1))
     assert ref.wait(timeout=300) == 0, ref.stderr.read().decode()
     a = _adapter(tmp_path / "a" / "checkpoints" / f"round-{k + 1:06d}")
     b = _adapter(tmp_path / "b" / "checkpoints" / f"round-{k + 1:06d}")

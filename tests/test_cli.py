@@ -11,8 +11,7 @@ import yaml
 
 from swarmnode.checkpoint import Checkpointer
 from swarmnode.metrics import read_metrics
-from tests.conftest import tiny_config, write_config
-from tests.test_checkpoint import ENV, REPO, _start, _wait_rounds
+from tests.helpers import ENV, REPO, start_node, tiny_config, wait_rounds, write_config
 
 KEYS = {
     "round",
@@ -61,8 +60,8 @@ def test_start_three_rounds(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 def test_sigterm_saves_checkpoint(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = tiny_config(tiny_model_dir, tmp_path / "d", checkpoint={"every_rounds": 1000})
-    proc = _start(write_config(tmp_path / "n.yaml", cfg))
-    _wait_rounds(tmp_path / "d" / "metrics.jsonl", 2, proc, timeout=300)
+    proc = start_node(write_config(tmp_path / "n.yaml", cfg))
+    wait_rounds(tmp_path / "d" / "metrics.jsonl", 2, proc, timeout=300)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=120) == 0
     done = max(r["round"] for r in read_metrics(tmp_path / "d" / "metrics.jsonl"))

@@ -5,24 +5,9 @@ from __future__ import annotations
 import json
 import os
 import stat
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import tiny_config, write_config
-from tests.test_checkpoint import ENV, REPO
-from tests.test_swarm_nodes import Proc, wait_until
-
-
-def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "swarmnode.cli", *args],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+from tests.helpers import Proc, run_cli, tiny_config, wait_until, write_config
 
 
 def test_keygen_id_and_no_node(tmp_path: Path) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from swarmnode.config import parse_config
 from swarmnode.evaluate import HELDOUT_SEED, evaluate, heldout_refs
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 
 def test_evaluate_is_deterministic_and_held_out(tiny_model_dir: Path, tmp_path: Path) -> None:
@@ -24,8 +24,7 @@ def test_eval_command(tiny_model_dir: Path, tmp_path: Path) -> None:
     import subprocess
     import sys
 
-    from tests.conftest import write_config
-    from tests.test_checkpoint import ENV, REPO
+    from tests.helpers import ENV, REPO, write_config
 
     config = write_config(tmp_path / "n.yaml", tiny_config(tiny_model_dir, tmp_path / "d"))
     cmd = [sys.executable, "-m", "swarmnode.cli", "eval", "--config", str(config), "--items", "3"]

@@ -11,7 +11,7 @@ from swarmnode.generate import _pick, inference_weights, sample
 from swarmnode.grpo import completion_logprobs
 from swarmnode.model import load_policy
 from swarmnode.trainer import Trainer
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 
 def test_pick_matches_softmax_frequencies() -> None:

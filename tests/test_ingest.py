@@ -7,43 +7,10 @@ from typing import Any
 
 import pytest
 
-from swarmnode.config import DatasetSpec, SapoConfig
-from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.config import SapoConfig
+from swarmnode.groups import ItemRef
 from swarmnode.ingest import Catalog, IngestQueue, group_key
-from swarmnode.rewards import accuracy_reward
-from swarmnode.tasks import ref_config, regenerate
-
-SPEC = DatasetSpec(name="basic_arithmetic", size=1000, config={"min_terms": 2, "max_terms": 2})
-CFG = ref_config(SPEC.config, SPEC.size)
-
-
-def score(completions: Any, entry: dict[str, Any]) -> tuple[list[float], list[float]]:
-    return [accuracy_reward(c, entry) for c in completions], [0.0] * len(completions)
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-def make_group(
-    index: int,
-    right: int = 1,
-    wrong: int = 1,
-    created: float = 1_000_000.0,
-    seed: int = 7,
-    claimed: list[float] | None = None,
-) -> RolloutGroup:
-    ref = ItemRef("basic_arithmetic", CFG, seed, index)
-    entry = regenerate(ref)
-    comps = [f"<answer>{entry['answer']}</answer>"] * right + [
-        f"<answer>{int(entry['answer']) + k + 1}</answer>" for k in range(wrong)
-    ]
-    rewards = claimed if claimed is not None else [1.0] * right + [0.0] * wrong
-    return RolloutGroup(ref, entry["question"], comps, rewards, created=created)
+from tests.helpers import CFG, SPEC, Clock, make_group, score
 
 
 def make_queue(clock: Clock, **cfg: Any) -> IngestQueue:

@@ -89,6 +89,7 @@ def two_namespaces() -> Iterator[tuple[str, str]]:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True, timeout=10)
 
 
+@pytest.mark.slow
 def test_two_lan_nodes_find_each_other_by_mdns(
     two_namespaces: tuple[str, str], tmp_path: Path
 ) -> None:

@@ -9,52 +9,15 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import trio
-from libp2p import new_host
-from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import GossipSub
-from libp2p.pubsub.pubsub import Pubsub
-from libp2p.tools.anyio_service import background_trio_service
-from multiaddr import Multiaddr
-
-from swarmnode.config import SwarmConfig
-from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.p2p import wire
-from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
 from swarmnode.p2p.identity import create_psk
 from swarmnode.p2p.transport import GossipTransport
-from swarmnode.p2p.wire import decode_batch, encode_batch
-
-TIMEOUT = 30.0
-
-
-def swarm_cfg(**kw: Any) -> SwarmConfig:
-    base: dict[str, Any] = dict(
-        enabled=True,
-        listen=["/ip4/127.0.0.1/tcp/0"],
-        discovery_interval_s=0.5,
-        dial_timeout_s=5.0,
-        mdns=False,
-    )
-    base.update(kw)
-    return SwarmConfig(**base)
-
-
-def batch(round_: int, swarm: str = "default") -> bytes:
-    g = RolloutGroup(ItemRef("basic_arithmetic", {}, 0, round_), "2+2?", ["4", "5"], [1.0, 0.0])
-    return encode_batch(swarm, round_, [g])
-
-
-async def wait_for(pred: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        await asyncio.sleep(0.05)
+from swarmnode.p2p.wire import decode_batch
+from tests.helpers import P2P_TIMEOUT as TIMEOUT
+from tests.helpers import batch, raw_peer, swarm_cfg, wait_for
 
 
 class Collector:
@@ -179,47 +142,6 @@ def test_wrong_psk_can_neither_connect_nor_receive(tmp_path: Path) -> None:
                 await t.stop()
 
     run(main())
-
-
-def raw_peer(
-    target_addr: str,
-    sends: list[tuple[bytes, bool]],
-    done: Callable[[], bool],
-    garbage_frame: bytes | None = None,
-) -> None:
-    """A plain py-libp2p gossipsub peer (no swarmnode checks) that publishes ``sends``
-    (payload, signed?) on the swarm topic, optionally writes one undecodable RPC
-    frame on a fresh meshsub stream, then stays until ``done()`` or a timeout."""
-    topic = topic_for("default")
-
-    async def main() -> None:
-        host = new_host(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")])
-        gossipsub = GossipSub(list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1)
-        pubsub = Pubsub(host, gossipsub, strict_signing=True)
-        info = info_from_p2p_addr(Multiaddr(target_addr))
-        async with (
-            host.run(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")]),
-            background_trio_service(pubsub),
-            background_trio_service(gossipsub),
-        ):
-            await pubsub.wait_until_ready()
-            await pubsub.subscribe(topic)
-            with trio.fail_after(TIMEOUT):
-                await host.connect(info)
-                while info.peer_id not in gossipsub.mesh.get(topic, set()):
-                    await trio.sleep(0.05)
-            for payload, signed in sends:
-                pubsub.strict_signing = signed  # False = publish without a signature
-                await pubsub.publish(topic, payload)
-                pubsub.strict_signing = True
-            if garbage_frame is not None:
-                stream = await host.new_stream(info.peer_id, [GOSSIP_PROTOCOLS[1]])
-                await stream.write(bytes([len(garbage_frame)]) + garbage_frame)
-            with trio.move_on_after(TIMEOUT):
-                while not done():
-                    await trio.sleep(0.05)
-
-    trio.run(main)
 
 
 def test_hostile_messages_rejected_counted_and_node_keeps_working(tmp_path: Path) -> None:

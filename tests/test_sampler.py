@@ -15,8 +15,7 @@ from swarmnode.ingest import Catalog, IngestQueue
 from swarmnode.model import load_policy
 from swarmnode.sampler import SwarmSampler
 from swarmnode.trainer import Trainer
-from tests.conftest import tiny_config
-from tests.test_ingest import CFG, SPEC, Clock, make_group, score
+from tests.helpers import CFG, SPEC, Clock, make_group, score, tiny_config
 
 
 def queue_with(clock: Clock, peers: dict[str, int], start: int = 0, **cfg: Any) -> IngestQueue:
@@ -181,4 +180,4 @@ def test_adaptive_distrusts_a_lying_peer() -> None:
 
 def test_catalog_reference_matches_ingest_fixture() -> None:
     # Guard for the helpers above: the shared fixture's items are in the catalog.
-    assert Catalog([SPEC]).allows(ItemRef("basic_arithmetic", CFG, 7, 1))
+    assert Catalog([SPEC]).canonical(ItemRef("basic_arithmetic", CFG, 7, 1)) is not None

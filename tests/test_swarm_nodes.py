@@ -1,5 +1,7 @@
 """Real ``swarmnode start`` processes on loopback: sharing, bootstrap loss, PSK
 isolation, a stable peer ID, a peer with another architecture, hostile messages.
+Minutes of CPU, so marked slow: the default suite covers the same data path in one
+process over the in-memory transport (tests/test_node_swarm.py).
 
 Every node is a separate process with a tiny model (OMP_NUM_THREADS=1); the tests
 read what a user would: ``metrics.jsonl``, the control socket (``swarmnode status``)
@@ -9,150 +11,30 @@ and the CLI. Every wait polls with a deadline; nothing asserts on a fixed sleep.
 from __future__ import annotations
 
 import signal
-import socket
-import subprocess
-import sys
 import threading
-import time
-from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.metrics import read_metrics
 from swarmnode.p2p import wire
-from swarmnode.p2p.control import ControlError, query_status
 from swarmnode.p2p.wire import encode_batch
 from swarmnode.tasks import ref_config, regenerate
-from tests.conftest import tiny_config, write_config
-from tests.test_checkpoint import ENV, REPO
-from tests.test_p2p_swarm import batch, raw_peer
-
-TIMEOUT = 120.0
-
-
-def cli(*args: str, timeout: float = 60) -> str:
-    proc = subprocess.run(
-        [sys.executable, "-m", "swarmnode.cli", *args],
-        cwd=REPO,
-        env=ENV,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+from tests.helpers import (
+    LIVE,
+    Proc,
+    batch,
+    cli,
+    free_port,
+    node_config,
+    raw_peer,
+    tiny_config,
+    wait_until,
+)
 
 
-def node_config(
-    tmp: Path,
-    name: str,
-    model_dir: Path,
-    bootstrap: str | None = None,
-    role: str = "trainer",
-    psk: Path | None = None,
-    port: int = 0,
-) -> Path:
-    swarm: dict[str, Any] = {
-        "enabled": True,
-        "role": role,
-        "listen": [f"/ip4/127.0.0.1/tcp/{port}"],
-        "discovery_interval_s": 0.5,
-        "bootstrap_backoff_max_s": 2.0,
-        "min_round_s": 0.5,  # tiny rounds take ~0.1 s: do not flood the peers
-        "bootstrap": [bootstrap] if bootstrap else [],
-        "psk_file": str(psk) if psk else None,
-    }
-    cfg = tiny_config(
-        model_dir,
-        tmp / name,
-        node={"name": name},
-        model={"threads": 1},
-        swarm=swarm,
-        # Tiny models are rarely right, so most groups would carry no signal and be
-        # dropped: the format reward (re-scored by each receiver too) gives most
-        # groups a reward spread, and a low learning rate keeps that from drifting.
-        train={"learning_rate": 0.001, "format_reward_weight": 0.5},
-        sapo={"local_groups": 2, "external_groups": 2},
-        checkpoint={"every_rounds": 50},
-    )
-    return write_config(tmp / f"{name}.yaml", cfg)
-
-
-LIVE: list[Proc] = []  # for stack dumps when a wait times out
-
-
-class Proc:
-    """One ``swarmnode start`` process and its data directory."""
-
-    def __init__(self, config: Path, data: Path) -> None:
-        self.data = data
-        self.log = data.parent / f"{data.name}.log"
-        if self.log.exists():  # a restart: keep the earlier run's log
-            self.log.rename(self.log.with_suffix(f".{time.monotonic_ns()}.log"))
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(config)],
-            cwd=REPO,
-            env=ENV,
-            stdout=subprocess.DEVNULL,
-            stderr=self.log.open("wb"),
-        )
-        LIVE.append(self)
-
-    def status(self) -> dict[str, Any]:
-        assert self.proc.poll() is None, f"{self.data.name} exited:\n{self.log.read_text()[-3000:]}"
-        try:
-            return query_status(self.data, timeout=5.0)
-        except ControlError:
-            return {}
-
-    def node(self) -> dict[str, Any]:
-        return self.status().get("node") or {}
-
-    def swarm(self) -> dict[str, Any]:
-        return self.status().get("swarm") or {}
-
-    def addr(self) -> str:
-        wait_until(lambda: bool(self.swarm().get("listen_addrs")), f"{self.data.name} listening")
-        return str(self.swarm()["listen_addrs"][0])
-
-    def metrics_from(self) -> Counter[str]:
-        """External groups trained on, per sending peer, from metrics.jsonl."""
-        out: Counter[str] = Counter()
-        for rec in read_metrics(self.data / "metrics.jsonl"):
-            out.update(rec.get("external_by_peer", {}))
-        return out
-
-    def stop(self, sig: int = signal.SIGTERM) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(sig)
-        return self.proc.wait(timeout=60)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def dump_stacks() -> str:
-    """Ask every live node for its thread stacks (SIGUSR1, see cli.start); their log tails."""
-    live = [p for p in LIVE if p.proc.poll() is None]
-    for p in live:
-        p.proc.send_signal(signal.SIGUSR1)
-    time.sleep(2)
-    return "\n".join(f"--- {p.data.name}:\n{p.log.read_text()[-6000:]}" for p in live)
-
-
-def wait_until(pred: Callable[[], bool], what: str, timeout: float = TIMEOUT) -> None:
-    deadline = time.monotonic() + timeout
-    while not pred():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{dump_stacks()}")
-        time.sleep(0.3)
-
-
+@pytest.mark.slow
 def test_three_nodes_share_survive_bootstrap_loss_and_keep_ids(
     tiny_model_dir: Path, tiny_qwen_dir: Path, tmp_path: Path
 ) -> None:
@@ -244,6 +126,7 @@ def _good_group(data_dir_cfg: dict[str, Any]) -> RolloutGroup:
     return RolloutGroup(ref, entry["question"], [right, wrong], [1.0, 0.0])
 
 
+@pytest.mark.slow
 def test_hostile_messages_to_a_running_node(tiny_model_dir: Path, tmp_path: Path) -> None:
     raw = tiny_config(tiny_model_dir, tmp_path / "n")
     config = node_config(tmp_path, "n", tiny_model_dir)

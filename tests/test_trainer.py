@@ -13,7 +13,7 @@ from swarmnode.groups import RolloutGroup
 from swarmnode.grpo import completion_logprobs, group_advantages
 from swarmnode.model import load_policy
 from swarmnode.trainer import Trainer
-from tests.conftest import tiny_config
+from tests.helpers import tiny_config
 
 
 def _trainer(model_dir: Path, tmp_path: Path, **train: object) -> Trainer:
@@ -155,3 +155,24 @@ def test_peers_unlikely_negative_tokens_get_no_gradient(
     assert trainer.update(groups).tokens_masked == 0  # local groups: on-policy, all kept
     off = _trainer(tiny_model_dir, tmp_path / "off", external_min_prob=0.0)
     assert off.update(external).tokens_masked == 0
+
+
+def test_a_stop_lands_inside_a_groups_backward(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """With a whole group per micro-batch, a stop asked after the first check still
+    interrupts the pass at the next layer (forward or backward), before any step."""
+    import pytest
+
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    groups = _with_signal(trainer.rollout(1)[0])[:1]
+    before = _snapshot(trainer.policy.model, True)
+    calls: list[int] = []
+
+    def stop_after_two_checks() -> bool:
+        calls.append(1)
+        return len(calls) > 2  # grpo's check before the micro-batch, one layer, then stop
+
+    with pytest.raises(InterruptedError):
+        trainer.update(groups, should_stop=stop_after_two_checks)
+    after = _snapshot(trainer.policy.model, True)
+    assert all(torch.equal(before[n], after[n]) for n in before)  # no optimizer step
+    assert trainer.update(groups).groups_trained == 1  # the hooks are gone: trains again

@@ -21,17 +21,11 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from typing import Generic, NamedTuple, TypeVar
+from typing import Generic, TypeVar
+
+from swarmnode.transport import Received
 
 T = TypeVar("T")
-
-
-class Received(NamedTuple):
-    """One validated gossip message, as the node's ingestion reads it."""
-
-    peer_id: str  # the signed originator (not the forwarder)
-    payload: bytes  # a message decode_batch accepted
-    received_at: float  # unix seconds, stamped in the libp2p thread on arrival
 
 
 class Counters:

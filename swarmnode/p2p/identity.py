@@ -32,13 +32,15 @@ from libp2p.crypto.keys import KeyPair, KeyType
 from libp2p.crypto.serialization import deserialize_private_key
 from libp2p.peer.id import ID
 
+from swarmnode.errors import SwarmnodeError
+
 IDENTITY_FILE = "identity.key"
 PSK_FILE = "swarm.key"
 PSK_HEADER = "/key/swarm/psk/1.0.0/"
 PSK_ENCODING = "/base16/"
 
 
-class IdentityError(Exception):
+class IdentityError(SwarmnodeError):
     """A key file that exists but cannot be used; the message names the file."""
 
 

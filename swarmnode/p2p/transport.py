@@ -1,7 +1,8 @@
 """GossipTransport: the asyncio node's handle on the libp2p swarm.
 
 Role: start the libp2p host (``host.P2PHost``) in a dedicated trio thread and expose
-an asyncio API: ``start``, ``publish``, ``inbox``, ``stats``, ``stop``.
+it as a ``swarmnode.transport.Transport``: ``start``, ``publish``, ``receive``,
+``drain``, ``stats``, ``stop``.
 
 Why a dedicated trio thread and not trio guest mode on the uvloop loop: in guest
 mode trio's tasks run *as callbacks of the asyncio loop*, so anything that holds the
@@ -41,15 +42,14 @@ from swarmnode.p2p.bridge import Counters, Inbox, Outbox
 from swarmnode.p2p.host import HostInfo, P2PHost
 from swarmnode.p2p.identity import identity_path, load_or_create_identity, load_psk
 from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, WireError
+from swarmnode.transport import Received, Transport, TransportError
 
 log = logging.getLogger("swarmnode.p2p")
 
-
-class TransportError(Exception):
-    """The transport could not start or failed while running."""
+__all__ = ["GossipTransport", "TransportError"]
 
 
-class GossipTransport:
+class GossipTransport(Transport):
     """Publish and receive rollout batches on ``/swarmnode/<name>/rollouts/1``."""
 
     def __init__(self, cfg: SwarmConfig, data_dir: Path, startup_timeout: float = 30.0) -> None:
@@ -157,6 +157,13 @@ class GossipTransport:
         if len(payload) > MAX_MESSAGE_BYTES:
             raise WireError("too_large", f"{len(payload)} bytes > {MAX_MESSAGE_BYTES}")
         self.outbox.put(bytes(payload))
+
+    async def receive(self, timeout: float) -> Received | None:
+        """The next validated message from the inbox, or None after ``timeout`` seconds."""
+        return await self.inbox.get(timeout=timeout)
+
+    def drain(self) -> list[Received]:
+        return self.inbox.drain()
 
     def stats(self) -> dict[str, Any]:
         """A JSON-able view: identity, addresses, peers, mesh, counters."""

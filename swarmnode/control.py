@@ -1,9 +1,8 @@
-"""Local control endpoint and the CLI helpers built on it.
+"""Local control endpoint: a running node's status on a Unix socket, and its client.
 
-Role: a running node serves its status as JSON on a Unix socket in its data
-directory (``<data_dir>/control.sock``, mode 0600: only the owner can ask);
-``swarmnode status`` / ``swarmnode peers`` read it with ``query_status``. Also the
-``keygen`` and ``id`` commands.
+Role: a running node (either role) serves its status as JSON on a Unix socket in
+its data directory (``<data_dir>/control.sock``, mode 0600: only the owner can ask);
+``swarmnode status`` / ``peers`` / ``id`` read it with ``query_status``.
 
 Protocol: the client sends one line (``status``), the server answers one JSON
 line and closes. Nothing but a fixed status view is reachable: no commands that
@@ -30,19 +29,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from swarmnode.p2p.identity import (
-    PSK_FILE,
-    create_psk,
-    identity_path,
-    load_or_create_identity,
-    peer_id_of,
-)
+from swarmnode.errors import SwarmnodeError
 
 if TYPE_CHECKING:
-    from swarmnode.config import Config
-    from swarmnode.p2p.transport import GossipTransport
+    from swarmnode.transport import Transport
 
-log = logging.getLogger("swarmnode.p2p")
+log = logging.getLogger("swarmnode.control")
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 256
@@ -50,8 +42,8 @@ IO_TIMEOUT = 5.0
 MAX_REPLY = 16 * 1024 * 1024
 
 
-class ControlError(Exception):
-    """No running node answered, or it answered nonsense; one-line message."""
+class ControlError(SwarmnodeError):
+    """The socket cannot be served (data_dir in use), or no running node answered."""
 
 
 def socket_path(data_dir: Path) -> Path:
@@ -64,7 +56,7 @@ class ControlServer:
     def __init__(
         self,
         data_dir: Path,
-        transport: GossipTransport | None = None,
+        transport: Transport | None = None,
         status_fn: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self.path = socket_path(data_dir)
@@ -170,32 +162,3 @@ def query_status(data_dir: Path, timeout: float = IO_TIMEOUT) -> dict[str, Any]:
     if not isinstance(reply, dict):
         raise ControlError("node sent a malformed status reply")
     return reply
-
-
-def cmd_keygen(data_dir: Path, psk: bool = False) -> str:
-    """``swarmnode keygen [--psk]``: make the identity (or a PSK file); return a report."""
-    if psk:
-        path = Path(data_dir) / PSK_FILE
-        create_psk(path)
-        return (
-            f"wrote a pre-shared key to {path} (mode 0600)\n"
-            "copy it to every node of the private swarm and set swarm.psk_file to it"
-        )
-    path = identity_path(Path(data_dir))
-    kp, created = load_or_create_identity(path)
-    verb = "created" if created else "kept existing"
-    return f"{verb} identity {path}\npeer id: {peer_id_of(kp)}"
-
-
-def cmd_id(cfg: Config) -> str:
-    """``swarmnode id``: peer ID plus listen multiaddrs (live ones if the node runs)."""
-    data_dir = Path(cfg.node.data_dir)
-    kp, _ = load_or_create_identity(identity_path(data_dir, cfg.swarm.key_file))
-    pid = peer_id_of(kp)
-    try:
-        addrs = list(query_status(data_dir, timeout=2.0)["swarm"]["listen_addrs"])
-        source = "running node"
-    except (ControlError, KeyError, TypeError):
-        addrs = [f"{a}/p2p/{pid}" for a in (cfg.swarm.announce or cfg.swarm.listen)]
-        source = "config (node not running; port 0 means chosen at start)"
-    return "\n".join([f"peer id: {pid}", f"addresses ({source}):", *(f"  {a}" for a in addrs)])

@@ -1,4 +1,4 @@
-"""Control endpoint and CLI helpers, against a real routing-only bootstrap node."""
+"""Control endpoint and the keygen/id helpers; the bootstrap role daemon serving it."""
 
 from __future__ import annotations
 
@@ -9,16 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from swarmnode.bootstrap import BootstrapNode
 from swarmnode.config import parse_config
-from swarmnode.p2p.control import (
-    ControlError,
-    ControlServer,
-    cmd_id,
-    cmd_keygen,
-    query_status,
-    socket_path,
-)
-from swarmnode.p2p.standalone import run_bootstrap
+from swarmnode.control import ControlError, ControlServer, query_status, socket_path
+from swarmnode.keys import keygen, node_id
 from swarmnode.p2p.transport import GossipTransport
 
 
@@ -52,13 +46,12 @@ def test_bootstrap_role_serves_status_and_a_trainer_joins(tmp_path: Path) -> Non
     boot_dir = tmp_path / "boot"
 
     async def main() -> None:
-        stop = asyncio.Event()
-        cfg = cfg_for(boot_dir, role="bootstrap")
-        task = asyncio.create_task(run_bootstrap(cfg, boot_dir, stop))
+        boot = BootstrapNode(cfg_for(boot_dir, role="bootstrap"))
+        task = asyncio.create_task(boot.run())
         # The socket answers first (it guards the data_dir), the addresses follow.
         status = await poll(boot_dir, lambda r: r["swarm"]["listen_addrs"], "bootstrap addrs")
         assert stat.S_IMODE(socket_path(boot_dir).stat().st_mode) == 0o600
-        assert status["node"] == {"role": "bootstrap"}
+        assert status["node"]["role"] == "bootstrap"
         addr = status["swarm"]["listen_addrs"][0]
         trainer = GossipTransport(cfg_for(tmp_path / "t", bootstrap=[addr]).swarm, tmp_path / "t")
         await trainer.start()
@@ -70,7 +63,7 @@ def test_bootstrap_role_serves_status_and_a_trainer_joins(tmp_path: Path) -> Non
             )
         finally:
             await trainer.stop()
-            stop.set()
+            boot.stop.set()
             await asyncio.wait_for(task, 30)
         assert not socket_path(boot_dir).exists()
 
@@ -97,10 +90,10 @@ def test_status_callback_failure_is_reported_not_fatal(tmp_path: Path) -> None:
 
 
 def test_keygen_and_id(tmp_path: Path) -> None:
-    out = cmd_keygen(tmp_path, psk=False)
+    out = keygen(tmp_path, psk=False)
     assert out.startswith("created identity")
     pid = out.rsplit(" ", 1)[1]
-    assert cmd_keygen(tmp_path, psk=False).startswith("kept existing")
-    assert "swarm.key" in cmd_keygen(tmp_path, psk=True)
-    text = cmd_id(cfg_for(tmp_path))
+    assert keygen(tmp_path, psk=False).startswith("kept existing")
+    assert "swarm.key" in keygen(tmp_path, psk=True)
+    text = node_id(cfg_for(tmp_path))
     assert f"peer id: {pid}" in text and f"/ip4/127.0.0.1/tcp/0/p2p/{pid}" in text

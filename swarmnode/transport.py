@@ -1,0 +1,79 @@
+"""The transport interface: how a node's rollout messages leave it and arrive from peers.
+
+Role: the contract ``exchange.RolloutExchange`` (the node's network side) and the
+bootstrap role rely on. Two implementations: ``p2p.transport.GossipTransport``
+(libp2p gossipsub in its own thread) and ``memory_transport.MemoryTransport``
+(in-process, for fast tests of everything above the wire).
+
+Invariants every implementation keeps:
+- ``publish`` never blocks on the network: it queues one encoded message (at most
+  ``wire.MAX_MESSAGE_BYTES``) or raises ``TransportError``.
+- What ``receive``/``drain`` return has passed the wire validator and names its
+  signed originator; the receive side is bounded, drops the oldest when full and
+  counts the drop.
+- ``receive`` waits at most ``timeout`` seconds.
+- ``running`` turns False when the transport dies on its own; ``stop`` then raises
+  ``TransportError`` saying why (a failure is never swallowed).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, NamedTuple
+
+from swarmnode.errors import SwarmnodeError
+
+
+class TransportError(SwarmnodeError):
+    """The transport could not start or failed while running."""
+
+    exit_code = 1
+    label = "network"
+
+
+class Received(NamedTuple):
+    """One validated message, as the node's ingestion reads it."""
+
+    peer_id: str  # the signed originator (not the forwarder)
+    payload: bytes  # a message decode_batch accepted
+    received_at: float  # unix seconds, stamped on arrival
+
+
+class Transport(ABC):
+    """Publish and receive encoded rollout batches on the swarm's topic."""
+
+    @property
+    @abstractmethod
+    def peer_id(self) -> str:
+        """This node's peer ID (raises TransportError before ``start``)."""
+
+    @property
+    @abstractmethod
+    def running(self) -> bool:
+        """True between a successful ``start`` and ``stop`` (or a crash)."""
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Come up (listening, subscribed); raise TransportError if that fails."""
+
+    @abstractmethod
+    async def stop(self) -> None:
+        """Go down within a bounded time; raise TransportError if it had crashed."""
+
+    @abstractmethod
+    async def publish(self, payload: bytes) -> None:
+        """Queue one encoded batch for the swarm; returns at once."""
+
+    @abstractmethod
+    async def receive(self, timeout: float) -> Received | None:
+        """The next validated message, or None after ``timeout`` seconds."""
+
+    @abstractmethod
+    def drain(self) -> list[Received]:
+        """Everything waiting, oldest first, without waiting."""
+
+    @abstractmethod
+    def stats(self) -> dict[str, Any]:
+        """A JSON-able view for ``swarmnode status``. Keys every implementation gives:
+        running, peer_id, listen_addrs, connected_peers, num_peers, mesh_size,
+        msgs_in, msgs_out, rejected (reason -> count), rejected_total."""

@@ -1,4 +1,4 @@
-"""Learning curve of one standalone node: does the reward rise?
+"""Learning curve of one node training alone: does the reward rise?
 
 Runs `swarmnode start` on a config (default configs/node.yaml: the embedded
 SmolLM2-135M-Instruct on CPU) for --rounds rounds in a fresh data directory, then
@@ -20,25 +20,18 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from plotting import new_figure, save_figure  # noqa: E402
+
 from swarmnode.metrics import moving_average, read_rounds  # noqa: E402
 
 
 def plot(rounds: list[int], rewards: list[float], avg: list[float], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(8, 4.5))
+    fig, (ax,) = new_figure()
     ax.plot(rounds, rewards, ".", alpha=0.4, label="reward per round")
     ax.plot(rounds, avg, "-", linewidth=2, label="moving average")
     ax.set_xlabel("round")
     ax.set_ylabel("mean reward")
-    ax.set_title(title)
-    ax.grid(alpha=0.3)
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, title)
 
 
 def main() -> None:
@@ -80,7 +73,7 @@ def main() -> None:
     for r, x, a in zip(rounds, rewards, avg, strict=True):
         print(f"{r:>5}  {x:6.3f}  {a:10.3f}")
     png = args.out / "learning_curve.png"
-    plot(rounds, rewards, avg, png, f"{args.config.name}: standalone node, {len(rounds)} rounds")
+    plot(rounds, rewards, avg, png, f"{args.config.name}: one node alone, {len(rounds)} rounds")
     print(f"plot: {png}")
     first = sum(rewards[:10]) / max(1, len(rewards[:10]))
     last = sum(rewards[-10:]) / max(1, len(rewards[-10:]))

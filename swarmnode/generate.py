@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -36,7 +36,9 @@ class Samples:
     """Completions for Q prompts × n samples, row i*n + j = sample j of prompt i."""
 
     token_ids: list[list[int]]
-    logprobs: list[list[float]]  # sampling log-probabilities at temperature 1 scale
+    # Log-probability of each sampled token under the sampling temperature (logits /
+    # temperature, before top-p truncation; plain log-softmax when greedy).
+    logprobs: list[list[float]]
 
 
 _CACHE_KW: dict[type, str] = {}
@@ -98,11 +100,6 @@ def inference_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) 
     finally:
         for module, name, param in saved:
             setattr(module, name, param)
-
-
-def merged_lora(model: torch.nn.Module) -> AbstractContextManager[None]:
-    """LoRA merged into the weights, in the model's own dtype."""
-    return inference_weights(model)
 
 
 def _pick(

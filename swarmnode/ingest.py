@@ -279,11 +279,6 @@ class IngestQueue:
         with self._lock:
             return len(self._queue)
 
-    @property
-    def nbytes(self) -> int:
-        with self._lock:
-            return self._bytes
-
     def per_peer(self) -> dict[str, int]:
         with self._lock:
             return dict(self._per_peer)

@@ -48,10 +48,6 @@ class Policy:
     device: torch.device
     name: str
 
-    @property
-    def is_lora(self) -> bool:
-        return hasattr(self.model, "peft_config")
-
     def trainable_parameters(self) -> list[torch.nn.Parameter]:
         return [p for p in self.model.parameters() if p.requires_grad]
 

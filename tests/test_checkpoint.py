@@ -117,7 +117,7 @@ def test_manifest_tampering_detected(tiny_model_dir: Path, tmp_path: Path) -> No
 def test_full_finetuning_trains_and_restores(tiny_model_dir: Path, tmp_path: Path) -> None:
     cfg = parse_config(tiny_config(tiny_model_dir, tmp_path, model={"lora": {"enabled": False}}))
     trainer = Trainer(cfg, load_policy(cfg.model))
-    assert not trainer.policy.is_lora
+    assert not hasattr(trainer.policy.model, "peft_config")  # no LoRA
     before = {n: p.detach().clone() for n, p in trainer.policy.model.named_parameters()}
     ckpt = Checkpointer(tmp_path / "ck")
     _train_and_save(trainer, ckpt, 2)

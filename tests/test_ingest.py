@@ -82,7 +82,7 @@ def test_byte_bound() -> None:
     for g in big:
         g.completions = [c + " " * 4000 for c in g.completions]
     q.offer("A", big)
-    assert q.nbytes <= 1 << 16 and len(q) < 50
+    assert q.report()["queue_bytes"] <= 1 << 16 and len(q) < 50
 
 
 @pytest.mark.parametrize("junk", [None, 3, "x", b"\x00"])

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import parse_config
-from swarmnode.generate import merged_lora, sample
+from swarmnode.generate import inference_weights, sample
 from swarmnode.groups import RolloutGroup
 from swarmnode.grpo import completion_logprobs, group_advantages
 from swarmnode.model import load_policy
@@ -79,7 +79,7 @@ def test_shared_prefix_logprobs_match_sampling(tiny_model_dir: Path, tmp_path: P
     model, tok = trainer.policy.model, trainer.policy.tokenizer
     trainer.update(_with_signal(trainer.rollout(1)[0]))  # make LoRA non-zero
     prompts = [trainer.prompt_ids("What is 2 + 3?"), trainer.prompt_ids("Sort 3, 1, 2.")]
-    with merged_lora(model):
+    with inference_weights(model):  # LoRA merged, in the model's own dtype
         s = sample(
             model, prompts, 3, max_new_tokens=6, eos_ids=[tok.eos_token_id], pad_id=tok.pad_token_id
         )

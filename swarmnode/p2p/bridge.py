@@ -76,10 +76,6 @@ class _DropOldest(Generic[T]):
         with self._lock:
             return len(self._items)
 
-    @property
-    def maxsize(self) -> int:
-        return self._maxlen
-
 
 class Inbox(_DropOldest[Received]):
     """Received messages waiting for the node (asyncio side reads)."""
@@ -104,11 +100,11 @@ class Inbox(_DropOldest[Received]):
             except RuntimeError:  # loop closed between the check and the call
                 self._counters.add("inbox_wake_failed")
 
-    async def get(self, timeout: float | None = None) -> Received | None:
-        """Next message, or None after ``timeout`` seconds (None = wait until one comes)."""
+    async def get(self, timeout: float) -> Received | None:
+        """Next message, or None after ``timeout`` seconds."""
         if self._event is None:
             raise RuntimeError("Inbox.bind() was not called")
-        deadline = None if timeout is None else time.monotonic() + timeout
+        deadline = time.monotonic() + timeout
         while True:
             item = self.get_nowait()
             if item is not None:
@@ -116,18 +112,18 @@ class Inbox(_DropOldest[Received]):
             self._event.clear()
             if len(self):  # raced with a put between get_nowait and clear
                 continue
-            left = None if deadline is None else deadline - time.monotonic()
-            if left is not None and left <= 0:
+            left = deadline - time.monotonic()
+            if left <= 0:
                 return None
             try:
                 await asyncio.wait_for(self._event.wait(), left)
             except TimeoutError:
                 return None
 
-    def drain(self, limit: int | None = None) -> list[Received]:
-        """Everything waiting (at most ``limit``), oldest first, without waiting."""
+    def drain(self) -> list[Received]:
+        """Everything waiting, oldest first, without waiting."""
         out: list[Received] = []
-        while limit is None or len(out) < limit:
+        while True:
             item = self.get_nowait()
             if item is None:
                 break

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -46,6 +47,35 @@ from swarmnode.transport import Received, Transport, TransportError
 
 log = logging.getLogger("swarmnode.p2p")
 
+
+class _ToSwarmnodeLog(logging.Handler):
+    """Hands py-libp2p's records to the root logger's handlers, one line each (py-libp2p
+    puts whole exception chains in a message)."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = record.getMessage()
+        if "\n" in message:
+            record.msg, record.args = " | ".join(message.splitlines()), ()
+        logging.getLogger().handle(record)
+
+
+def route_libp2p_logging() -> None:
+    """Send py-libp2p's records through swarmnode's handlers, one line each, errors only
+    (warnings too when swarmnode logs at debug): its peer routing warns every few
+    seconds, in seven lines, about each peer that does not run the DHT.
+
+    py-libp2p's import cuts its loggers off (no handler, no propagation), so its
+    warnings reached stderr raw through logging's last-resort handler. Left alone when
+    ``LIBP2P_DEBUG`` is set: then py-libp2p's own logging setup is wanted."""
+    if os.environ.get("LIBP2P_DEBUG"):
+        return
+    libp2p = logging.getLogger("libp2p")
+    libp2p.handlers[:] = [_ToSwarmnodeLog()]
+    libp2p.propagate = False
+    debug = logging.getLogger("swarmnode").getEffectiveLevel() <= logging.DEBUG
+    libp2p.setLevel(logging.WARNING if debug else logging.ERROR)
+
+
 __all__ = ["GossipTransport", "TransportError"]
 
 
@@ -53,6 +83,7 @@ class GossipTransport(Transport):
     """Publish and receive rollout batches on ``/swarmnode/<name>/rollouts/1``."""
 
     def __init__(self, cfg: SwarmConfig, data_dir: Path, startup_timeout: float = 30.0) -> None:
+        route_libp2p_logging()
         self.cfg = cfg
         self.data_dir = Path(data_dir)
         self.startup_timeout = startup_timeout

@@ -9,8 +9,8 @@ Invariants (those of ``transport.Transport``, kept the same way):
   (gossipsub does not echo our own messages to us either).
 - Delivery applies the validator the gossip host applies (``wire.decode_batch`` and
   the swarm name); a refused message is counted under ``rejected`` by reason.
-- Each inbox holds at most ``inbox_size`` messages; when full the oldest is dropped
-  and counted (``inbox_dropped``).
+- Each inbox is the gossip transport's own ``bridge.Inbox``: at most ``inbox_size``
+  messages, the oldest dropped and counted (``inbox_dropped``) when full.
 - ``crash()`` makes a member die as the libp2p thread can: ``running`` turns False,
   and ``stop`` raises ``TransportError``.
 - Single event loop: all members must be used from the loop that started them.
@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections import Counter, deque
 from typing import Any
 
+from swarmnode.p2p.bridge import Counters, Inbox
 from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, WireError, decode_batch
 from swarmnode.transport import Received, Transport, TransportError
 
@@ -52,10 +52,8 @@ class MemoryTransport(Transport):
         self.network = network
         self._peer_id = peer_id
         self.swarm = swarm
-        self.counters: Counter[str] = Counter()
-        self._inbox: deque[Received] = deque()
-        self._inbox_size = inbox_size
-        self._event: asyncio.Event | None = None
+        self.counters = Counters()
+        self.inbox = Inbox(inbox_size, self.counters)  # the gossip transport's own queue
         self._running = False
         self._crashed: str | None = None
 
@@ -70,7 +68,7 @@ class MemoryTransport(Transport):
     async def start(self) -> None:
         if self._running:
             raise TransportError("already started")
-        self._event = asyncio.Event()
+        self.inbox.bind(asyncio.get_running_loop())
         self._running = True
         self.network.members[self.peer_id] = self
 
@@ -92,7 +90,7 @@ class MemoryTransport(Transport):
             raise TransportError("transport not running")
         if len(payload) > MAX_MESSAGE_BYTES:
             raise WireError("too_large", f"{len(payload)} bytes > {MAX_MESSAGE_BYTES}")
-        self.counters["msgs_out"] += 1
+        self.counters.add("msgs_out")
         self.network.deliver(self.peer_id, bytes(payload))
 
     def offer(self, sender: str, payload: bytes) -> None:
@@ -100,57 +98,37 @@ class MemoryTransport(Transport):
         try:
             batch = decode_batch(payload)
         except WireError as err:
-            self.counters[f"rejected.{err.reason}"] += 1
+            self.counters.add(f"rejected.{err.reason}")
             return
         if batch.swarm != self.swarm:
-            self.counters["rejected.wrong_swarm"] += 1
+            self.counters.add("rejected.wrong_swarm")
             return
-        self.counters["msgs_in"] += 1
-        if len(self._inbox) >= self._inbox_size:
-            self._inbox.popleft()
-            self.counters["inbox_dropped"] += 1
-        self._inbox.append(Received(sender, payload, time.time()))
-        if self._event is not None:
-            self._event.set()
+        self.counters.add("msgs_in")
+        self.inbox.put(Received(sender, payload, time.time()))
 
     async def receive(self, timeout: float) -> Received | None:
-        if self._event is None:
-            raise TransportError("transport not started")
-        deadline = time.monotonic() + timeout
-        while not self._inbox:
-            self._event.clear()
-            left = deadline - time.monotonic()
-            if left <= 0:
-                return None
-            try:
-                await asyncio.wait_for(self._event.wait(), left)
-            except TimeoutError:
-                return None
-        return self._inbox.popleft()
+        return await self.inbox.get(timeout)  # after a crash: None at the timeout
 
     def drain(self) -> list[Received]:
-        out = list(self._inbox)
-        self._inbox.clear()
-        return out
+        return self.inbox.drain()
 
     def stats(self) -> dict[str, Any]:
+        counters = self.counters.snapshot()
         rejected = {
-            k.removeprefix("rejected."): v
-            for k, v in self.counters.items()
-            if k.startswith("rejected.")
+            k.removeprefix("rejected."): v for k, v in counters.items() if k.startswith("rejected.")
         }
-        peers = sorted(p for p in self.network.members if p != self.peer_id)
+        peers = sorted(p for p in self.network.members if p != self.peer_id) if self.running else []
         return {
             "running": self.running,
             "peer_id": self.peer_id,
             "listen_addrs": [f"/memory/{self.peer_id}"],
-            "connected_peers": peers if self.running else [],
-            "num_peers": len(peers) if self.running else 0,
-            "mesh_size": len(peers) if self.running else 0,
-            "msgs_in": self.counters["msgs_in"],
-            "msgs_out": self.counters["msgs_out"],
+            "connected_peers": peers,
+            "num_peers": len(peers),
+            "mesh_size": len(peers),
+            "msgs_in": counters.get("msgs_in", 0),
+            "msgs_out": counters.get("msgs_out", 0),
             "rejected": rejected,
             "rejected_total": sum(rejected.values()),
-            "inbox_len": len(self._inbox),
-            "inbox_dropped": self.counters["inbox_dropped"],
+            "inbox_len": len(self.inbox),
+            "inbox_dropped": counters.get("inbox_dropped", 0),
         }

@@ -63,8 +63,6 @@ class ControlServer:
         self.transport = transport
         self.status_fn = status_fn
         self._server: asyncio.AbstractServer | None = None
-        self.requests = 0
-        self.errors = 0
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": os.getpid(), "time": time.time()}
@@ -73,7 +71,6 @@ class ControlServer:
             try:
                 out["node"] = self.status_fn()
             except Exception as err:  # the node's callback: report, don't kill the endpoint
-                self.errors += 1
                 log.exception("node status callback failed")
                 out["node_error"] = f"{err.__class__.__name__}: {err}"
         return out
@@ -101,7 +98,6 @@ class ControlServer:
             self.path.unlink()
 
     async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.requests += 1
         try:
             line = await asyncio.wait_for(reader.readline(), IO_TIMEOUT)
             if line.strip() == b"status":
@@ -111,7 +107,6 @@ class ControlServer:
             writer.write(json.dumps(reply, default=str).encode() + b"\n")
             await asyncio.wait_for(writer.drain(), IO_TIMEOUT)
         except (TimeoutError, ConnectionError, ValueError) as err:
-            self.errors += 1
             log.warning("control request failed: %s", err.__class__.__name__)
         finally:
             writer.close()

@@ -37,10 +37,17 @@ def stop_points(model: torch.nn.Module, should_stop: Callable[[], bool]) -> Iter
         if should_stop():
             raise InterruptedError("stop requested during the update")
 
+    def on_output(_module: torch.nn.Module, _args: Any, out: Any) -> None:
+        # A tensor hook on the layer's output fires when the backward pass reaches
+        # the layer: cheaper than a module backward hook, which wraps every input.
+        first = out[0] if isinstance(out, tuple | list) else out
+        if isinstance(first, torch.Tensor) and first.requires_grad:
+            first.register_hook(check)
+
     handles = []
     for layer in _layers(model):
-        handles.append(layer.register_forward_pre_hook(lambda m, a: check()))
-        handles.append(layer.register_full_backward_pre_hook(lambda m, g: check()))
+        handles.append(layer.register_forward_pre_hook(check))
+        handles.append(layer.register_forward_hook(on_output))
     try:
         yield
     finally:

@@ -1,17 +1,31 @@
 """Held-out evaluation: a node's current policy on items no node trains on.
 
-Training seeds are below 2**31 (``TasksConfig.seed``); evaluation draws from seed
-``HELDOUT_SEED`` and above, so no swarm member ever trained on these items. Decoding is
-greedy, one completion per item: the score is the policy's accuracy, not luck.
+Training seeds are below 2**31 (``TasksConfig.seed``), and ingestion refuses peers'
+groups whose seed is ``HELDOUT_SEED`` or above, so no swarm member trains on these
+items. Decoding is greedy, one completion per item: the score is the policy's
+accuracy, not luck.
+
+What is reported, and why:
+- ``accuracy`` is *strict*: the share of items whose answer reasoning-gym scores 1.0,
+  with a 95% Wilson interval. Partial credit ('15' for 5 scores 0.5 in
+  basic_arithmetic) is shown apart as ``mean_score``: it is not accuracy.
+- ``seen_in_training``: the share of held-out questions whose text also occurs among
+  the node's own training items (its task mix over its rounds). A tiny question
+  space makes "held-out" a repeat of training; this says so.
+- Per dataset, ``top_answer_share``: how many answers are the single most common
+  one; ``collapsed`` flags a dataset where one constant answers (nearly) everything
+  while the right answers vary (a node that learned to say ``1``).
 
 Invariants:
 - Read-only: loads the newest valid checkpoint (or the base policy when there is
-  none) and never writes into the data directory.
+  none, or when ``base`` is asked for) and never writes into the data directory.
 - The same config, checkpoint and ``n`` give the same items and the same scores.
 """
 
 from __future__ import annotations
 
+import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -22,11 +36,12 @@ from swarmnode.config import Config
 from swarmnode.generate import inference_weights, sample
 from swarmnode.groups import ItemRef
 from swarmnode.model import load_policy
-from swarmnode.rewards import accuracy_reward
-from swarmnode.tasks import ref_config
+from swarmnode.rewards import accuracy_reward, extract_answer
+from swarmnode.tasks import TaskMix, ref_config
 from swarmnode.trainer import Trainer
 
 HELDOUT_SEED = 2**31 + 7919
+COLLAPSE_SHARE = 0.8  # one answer for this share of a dataset's items = collapsed
 
 
 def heldout_refs(cfg: Config, n: int) -> list[ItemRef]:
@@ -38,14 +53,45 @@ def heldout_refs(cfg: Config, n: int) -> list[ItemRef]:
     return refs
 
 
-def evaluate(cfg: Config, n: int = 50, batch: int = 16) -> dict[str, Any]:
-    """Accuracy per dataset (and overall) of the node's newest checkpoint."""
+def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval of a proportion.
+
+    >>> [round(x, 3) for x in wilson(10, 20)]
+    [0.299, 0.701]
+    """
+    if n == 0:
+        return (0.0, 1.0)
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return (max(0.0, centre - half), min(1.0, centre + half))
+
+
+def training_questions(cfg: Config, rounds: int) -> set[str]:
+    """Question texts of the node's own training items over ``rounds`` rounds."""
+    mix = TaskMix(cfg.tasks)
+    q = cfg.rollout.questions_per_round
+    return {
+        mix.regenerate(ref)["question"] for r in range(1, rounds + 1) for ref in mix.sample(r, q)
+    }
+
+
+def evaluate(cfg: Config, n: int = 50, batch: int = 16, base: bool = False) -> dict[str, Any]:
+    """Strict held-out accuracy (overall and per dataset) of the newest checkpoint.
+
+    ``base`` scores the untrained policy instead (the checkpoint is not loaded).
+    """
     trainer = Trainer(cfg, load_policy(cfg.model, seed=cfg.train.seed))
-    ckpt = Checkpointer(Path(cfg.node.data_dir) / "checkpoints")
-    round_index = ckpt.restore_latest(trainer.policy.model, trainer.optimizer, trainer.generator)
+    round_index = 0
+    if not base:
+        ckpt = Checkpointer(Path(cfg.node.data_dir) / "checkpoints")
+        restored = ckpt.restore_latest(trainer.policy.model, trainer.optimizer, trainer.generator)
+        round_index = restored or 0
     refs = heldout_refs(cfg, n)
     entries = [trainer.tasks.regenerate(r) for r in refs]
     scores: dict[str, list[float]] = {}
+    answers: dict[str, list[str | None]] = {}
     model = trainer.policy.model
     model.eval()
     with inference_weights(model, trainer.sample_dtype), torch.inference_mode():
@@ -62,13 +108,75 @@ def evaluate(cfg: Config, n: int = 50, batch: int = 16) -> dict[str, Any]:
                 temperature=0.0,
             )
             for ref, entry, ids in zip(refs[start:], chunk, out.token_ids, strict=False):
-                text = trainer.policy.tokenizer.decode(ids, skip_special_tokens=True)
-                scores.setdefault(ref.dataset, []).append(accuracy_reward(str(text), entry))
-    per = {name: sum(v) / len(v) for name, v in scores.items()}
+                text = str(trainer.policy.tokenizer.decode(ids, skip_special_tokens=True))
+                scores.setdefault(ref.dataset, []).append(accuracy_reward(text, entry))
+                answers.setdefault(ref.dataset, []).append(extract_answer(text))
+    truths: dict[str, set[str]] = {}
+    for ref, entry in zip(refs, entries, strict=True):
+        truths.setdefault(ref.dataset, set()).add(str(entry["answer"]))
     every = [x for v in scores.values() for x in v]
+    correct = sum(x >= 1.0 for x in every)
+    seen = training_questions(cfg, round_index or cfg.node.max_rounds or 0)
+    per = {}
+    for name, v in scores.items():
+        top = Counter(a for a in answers[name] if a is not None).most_common(1)
+        share = top[0][1] / len(v) if top else 0.0
+        per[name] = {
+            "items": len(v),
+            "accuracy": sum(x >= 1.0 for x in v) / len(v),
+            "mean_score": sum(v) / len(v),
+            "top_answer_share": round(share, 3),
+            "collapsed": share >= COLLAPSE_SHARE and len(truths[name]) > 1,
+        }
     return {
-        "round": round_index or 0,
+        "round": round_index,
+        "base": base,
         "items": len(every),
-        "accuracy": sum(every) / len(every) if every else 0.0,
+        "correct": correct,
+        "accuracy": correct / len(every) if every else 0.0,
+        "interval": list(wilson(correct, len(every))),
+        "mean_score": sum(every) / len(every) if every else 0.0,
+        "seen_in_training": sum(e["question"] in seen for e in entries) / max(1, len(entries)),
         "per_dataset": per,
+    }
+
+
+def probe_signal(cfg: Config, policy: Any, n: int) -> dict[str, float]:
+    """What an untrained round would see: ``n`` items of ``cfg``'s mix, G samples each.
+
+    Returns strict (share of completions scoring 1.0), mean (mean score, partial
+    credit included), signal (share of groups with both right and wrong answers:
+    task signal, whatever the format reward adds), greedy (strict
+    accuracy of the greedy answer on the same items) and tokens_generated.
+    """
+    trainer = Trainer(cfg, policy)
+    groups, stats = trainer.rollout(1)
+    per_group = [
+        [accuracy_reward(c, trainer.tasks.regenerate(g.ref)) for c in g.completions] for g in groups
+    ]
+    scores = [s for group in per_group for s in group]
+    prompts = [trainer.prompt_ids(g.question) for g in groups]
+    model = trainer.policy.model
+    model.eval()
+    with inference_weights(model, trainer.sample_dtype), torch.inference_mode():
+        out = sample(
+            model,
+            prompts,
+            1,
+            max_new_tokens=cfg.rollout.max_new_tokens,
+            eos_ids=trainer.eos_ids,
+            pad_id=trainer.pad_id,
+            temperature=0.0,
+        )
+    decode = trainer.policy.tokenizer.decode
+    greedy = [
+        accuracy_reward(str(decode(ids, skip_special_tokens=True)), trainer.tasks.regenerate(g.ref))
+        for g, ids in zip(groups, out.token_ids, strict=True)
+    ]
+    return {
+        "strict": sum(s >= 1.0 for s in scores) / len(scores),
+        "mean": sum(scores) / len(scores),
+        "signal": sum(len({x >= 1.0 for x in v}) > 1 for v in per_group) / len(groups),
+        "greedy": sum(s >= 1.0 for s in greedy) / len(greedy),
+        "tokens_generated": float(stats.tokens),
     }

@@ -19,7 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -153,8 +153,20 @@ def format_reward(completion: object) -> float:
     return 0.5
 
 
+def strict(score: float) -> float:
+    """1.0 for a fully right answer, else 0.0: partial credit is not accuracy.
+
+    >>> strict(1.0), strict(0.5), strict(0.01)
+    (1.0, 0.0, 0.0)
+    """
+    return 1.0 if score >= 1.0 else 0.0
+
+
 def score_completions(
-    completions: Sequence[str], entry: Mapping[str, Any], format_weight: float
+    completions: Sequence[str],
+    entry: Mapping[str, Any],
+    format_weight: float,
+    partial_credit: bool = True,
 ) -> tuple[list[float], list[float]]:
     """(training rewards, format rewards) of one item's completions.
 
@@ -163,4 +175,30 @@ def score_completions(
     """
     fmt = [format_reward(c) for c in completions]
     acc = [accuracy_reward(c, entry) for c in completions]
+    if not partial_credit:
+        acc = [strict(a) for a in acc]
     return [a + format_weight * f for a, f in zip(acc, fmt, strict=True)], fmt
+
+
+def make_scorer(format_weight: float, partial_credit: Collection[str] = ()) -> Scorer:
+    """A node's training reward, for its own groups and (re-scoring) its peers'.
+
+    Datasets named in ``partial_credit`` keep reasoning-gym's partial credit; every
+    other dataset is scored strictly (see ``strict``).
+
+    >>> import reasoning_gym
+    >>> entry = reasoning_gym.create_dataset("basic_arithmetic", seed=1, size=5)[1]
+    >>> wrong = [f"<answer>1{entry['answer']}</answer>"]  # '13' for 3: contains it
+    >>> make_scorer(0.0)(wrong, entry)[0], make_scorer(0.0, ["basic_arithmetic"])(wrong, entry)[0]
+    ([0.0], [0.5])
+    """
+    allowed = frozenset(partial_credit)
+
+    def score(
+        completions: Sequence[str], entry: Mapping[str, Any]
+    ) -> tuple[list[float], list[float]]:
+        meta = entry.get("metadata") if isinstance(entry, Mapping) else None
+        dataset = meta.get("source_dataset") if isinstance(meta, Mapping) else None
+        return score_completions(completions, entry, format_weight, dataset in allowed)
+
+    return score

@@ -27,11 +27,11 @@ import torch
 
 from swarmnode.config import Config
 from swarmnode.generate import inference_weights, sample
-from swarmnode.groups import RolloutGroup
+from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.grpo import StepStats, TokenizedGroup, group_advantages, grpo_step
 from swarmnode.interrupt import stop_points
 from swarmnode.model import Policy, sampling_dtype
-from swarmnode.rewards import score_completions
+from swarmnode.rewards import make_scorer
 from swarmnode.tasks import TaskMix, build_messages
 
 
@@ -59,6 +59,7 @@ class Trainer:
         self.pad_id = int(tok.pad_token_id)
         self.eos_ids = sorted({int(tok.eos_token_id), *self._extra_eos()})
         self._prompt_cache: dict[str, list[int]] = {}
+        self._score = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
         model_dtype = next(policy.model.parameters()).dtype
         self.sample_dtype = sampling_dtype(cfg.rollout.dtype, policy.device, model_dtype)
 
@@ -106,16 +107,23 @@ class Trainer:
 
     def score(self, completions: Sequence[str], entry: dict) -> tuple[list[float], list[float]]:
         """(rewards used for training, format rewards) for completions of one item."""
-        return score_completions(completions, entry, self.cfg.train.format_reward_weight)
+        return self._score(completions, entry)
 
     # -- one round -----------------------------------------------------------
 
     def rollout(
-        self, round_index: int, should_stop: Callable[[], bool] = lambda: False
+        self,
+        round_index: int,
+        should_stop: Callable[[], bool] = lambda: False,
+        shared: Sequence[ItemRef] = (),
     ) -> tuple[list[RolloutGroup], RolloutStats]:
-        """Sample this round's items and G completions for each; score them."""
+        """Sample this round's items and G completions for each; score them.
+
+        ``shared`` items (the swarm's schedule) take the place of as many of the
+        node's own items."""
         r = self.cfg.rollout
-        refs = self.tasks.sample(round_index, r.questions_per_round)
+        own = self.tasks.sample(round_index, max(0, r.questions_per_round - len(shared)))
+        refs = [*own, *shared]
         entries = [self.tasks.regenerate(ref) for ref in refs]
         prompts = [self.prompt_ids(e["question"]) for e in entries]
         t0 = time.perf_counter()

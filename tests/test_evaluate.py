@@ -35,6 +35,7 @@ def test_eval_command(tiny_model_dir: Path, tmp_path: Path) -> None:
     result = json.loads(proc.stdout)
     assert result["items"] == 3 and set(result["per_dataset"]) == {"basic_arithmetic"}
     text = subprocess.run(cmd, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=300)
-    assert "basic_arithmetic" in text.stdout and text.stdout.strip().endswith(
-        f"{result['accuracy']:.3f}"
+    assert (
+        "basic_arithmetic" in text.stdout
+        and f"{result['accuracy']:.3f}" in text.stdout.strip().splitlines()[-1]
     )

@@ -77,6 +77,11 @@ class DatasetSpec(_Section):
     config: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments for the dataset's config."
     )
+    partial_credit: bool = Field(
+        False,
+        description="Keep reasoning-gym's partial credit as reward (false = 1 for a fully "
+        "right answer, else 0: partial credit rewards '15' for 5 in basic_arithmetic).",
+    )
 
 
 class TasksConfig(_Section):
@@ -333,10 +338,12 @@ class SapoConfig(_Section):
         "same time bucket, same items on every node) in place of as many own items; 0 = off.",
     )
     schedule_period_s: float = Field(
-        30.0,
+        120.0,
         gt=0,
         le=86_400,
-        description="Length of a shared-schedule time bucket, seconds (about one round).",
+        description="Length of a shared-schedule time bucket, seconds: the k-th round of "
+        "each node in a bucket asks the bucket's k-th items, so nodes of a similar pace "
+        "ask the same questions at about the same time.",
     )
     complete_groups: bool = Field(
         False,
@@ -389,9 +396,20 @@ class Config(_Section):
                 "sapo.local_groups: cannot exceed rollout.questions_per_round "
                 "(a node trains on at most the groups it generated)"
             )
+        if self.sapo.shared_items > self.rollout.questions_per_round:
+            raise ValueError(
+                "sapo.shared_items: cannot exceed rollout.questions_per_round (scheduled "
+                "items take the place of the node's own items)"
+            )
         if self.model.device == "cpu" and self.model.dtype == "float16":
             raise ValueError("model.dtype: float16 is not supported for training on CPU")
         return self
+
+    def partial_credit_datasets(self) -> set[str]:
+        """Datasets whose reward keeps reasoning-gym's partial credit."""
+        return {
+            d.name for d in [*self.tasks.datasets, *self.sapo.extra_catalog] if d.partial_credit
+        }
 
 
 def _first_error(err: ValidationError) -> str:

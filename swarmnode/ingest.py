@@ -36,6 +36,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from swarmnode.completion import AnswerBook
 from swarmnode.config import DatasetSpec, SapoConfig
 from swarmnode.evaluate import HELDOUT_SEED
 from swarmnode.groups import ItemRef, RolloutGroup
@@ -145,11 +146,13 @@ class IngestQueue:
         catalog: Catalog,
         score: Scorer,
         clock: Callable[[], float] = time.time,
+        answers: AnswerBook | None = None,
     ) -> None:
         self.cfg = cfg
         self.catalog = catalog
         self.score = score
         self.clock = clock
+        self.answers = answers  # verified peers' answers by item, for group completion
         self.stats = IngestStats()
         self._lock = threading.Lock()
         self._queue: OrderedDict[str, Entry] = OrderedDict()  # oldest first
@@ -219,6 +222,9 @@ class IngestQueue:
             self._remember(key)
             if not claimed_match:
                 self.stats.claims_false += 1
+        if self.answers is not None:  # even a no-signal group's right answers can help
+            self.answers.add(verified)
+        with self._lock:
             if not verified.has_signal:
                 return "no_signal"
             self._insert(key, Entry(verified, peer, size, now, claimed_match))

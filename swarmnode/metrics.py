@@ -56,6 +56,7 @@ class RoundRecord:
     external_peers: int = 0
     external_shortfall: int = 0  # external slots nobody could fill
     external_by_peer: dict[str, int] = field(default_factory=dict)  # peer -> groups trained on
+    completed_groups: int = 0  # no-signal local groups completed with peers' answers
     # The network side, after the round (zeros for a node training alone).
     published_bytes: int = 0
     queue_groups: int = 0

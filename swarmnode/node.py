@@ -45,14 +45,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from swarmnode.checkpoint import Checkpointer
+from swarmnode.completion import AnswerBook, GroupCompleter
 from swarmnode.config import Config, dump_config
 from swarmnode.control import ControlServer
 from swarmnode.exchange import RolloutExchange
 from swarmnode.generate import GenerationCancelled
 from swarmnode.ingest import Catalog, IngestQueue
 from swarmnode.metrics import MetricsLog, RoundRecord, progress_line, reward_summary
-from swarmnode.rewards import score_completions
+from swarmnode.rewards import make_scorer
 from swarmnode.sampler import SwarmSampler
+from swarmnode.tasks import SharedSchedule
 from swarmnode.trainer import Trainer
 from swarmnode.transport import Transport
 
@@ -91,11 +93,20 @@ class Node:
             transport if transport is not None else default_transport(cfg, self.data_dir)
         )
         self.exchange: RolloutExchange | None = None
+        self.answers: AnswerBook | None = None  # peers' answers by item (group completion)
+        self.schedule: SharedSchedule | None = None  # the swarm's shared items
+        self.completer: GroupCompleter | None = None  # made once the tokenizer is loaded
         queue: IngestQueue | None = None
         if self.transport is not None:
-            scorer = partial(score_completions, format_weight=cfg.train.format_reward_weight)
+            scorer = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
             catalog = Catalog([*cfg.tasks.datasets, *cfg.sapo.extra_catalog])
-            queue = IngestQueue(cfg.sapo, catalog, scorer)
+            if cfg.sapo.complete_groups:
+                self.answers = AnswerBook()
+            if cfg.sapo.shared_items:
+                self.schedule = SharedSchedule(
+                    cfg.swarm.name, cfg.tasks, cfg.sapo.schedule_period_s
+                )
+            queue = IngestQueue(cfg.sapo, catalog, scorer, answers=self.answers)
             self.exchange = RolloutExchange(cfg, self.transport, queue, self.stop.set)
         self.sampler = SwarmSampler(cfg.sapo, queue, seed=cfg.train.seed)
         # All model work on one long-lived thread: torch keeps per-thread state, and
@@ -150,6 +161,15 @@ class Node:
             self.round = saved = restored or 0
             if restored:
                 log.info("resuming at round %d", restored + 1)
+            if self.answers is not None:
+                sapo = self.cfg.sapo
+                self.completer = GroupCompleter(
+                    self.answers,
+                    trainer.encode_completion,
+                    sapo.complete_max_per_peer,
+                    sapo.complete_max,
+                    max_pending=self.cfg.rollout.questions_per_round,
+                )
             self.state = "training"
             last = self.cfg.node.max_rounds
             while not self.stop.is_set() and (last is None or self.round < last):
@@ -182,10 +202,14 @@ class Node:
             self.exchange.check()
 
     async def _round(self, trainer: Trainer, r: int) -> RoundRecord:
-        groups, gen = await self._work(trainer.rollout, r, self.stop.is_set)
+        shared = self.schedule.next(self.cfg.sapo.shared_items) if self.schedule else []
+        groups, gen = await self._work(trainer.rollout, r, self.stop.is_set, shared)
         published = await self.exchange.publish(r, groups) if self.exchange else 0
         t0 = time.perf_counter()
-        comp = await self._work(self.sampler.compose, r, groups)
+        local, completed = groups, 0
+        if self.completer is not None:  # peers' better answers join no-signal groups
+            local, completed = await self._work(self.completer.prepare, groups)
+        comp = await self._work(self.sampler.compose, r, local)
         step = await self._work(trainer.update, comp.groups, self.stop.is_set)
         by_peer = comp.by_peer()
         self.trained_from.update(by_peer)
@@ -213,6 +237,7 @@ class Node:
             external_peers=comp.external_peers,
             external_shortfall=comp.shortfall,
             external_by_peer=by_peer,
+            completed_groups=completed,
             published_bytes=published,
         )
         return self.exchange.with_figures(rec) if self.exchange else rec

@@ -17,12 +17,18 @@ Invariants:
 - ``regenerate`` raises ``TaskError`` and nothing else, whatever the ref holds
   (unknown dataset, bad config keys or values, out-of-range index, huge sizes).
 - Dataset objects are cached in a bounded LRU (``CACHE_SIZE`` entries).
+- ``SharedSchedule.items`` is a pure function of (swarm name, time bucket, position):
+  every node of a swarm with the same datasets draws the same items in the same
+  bucket. Its seed (``schedule_seed``) is below 2**31 like every training seed.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import random
+import time
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
@@ -206,3 +212,62 @@ class TaskMix:
     def messages(self, question: str) -> list[dict[str, str]]:
         """Chat messages with this mix's system prompt (or the default)."""
         return build_messages(question, self.system_prompt)
+
+
+def schedule_seed(swarm: str) -> int:
+    """The dataset seed of a swarm's shared schedule (below 2**31, like training seeds).
+
+    >>> schedule_seed("lab") == schedule_seed("lab") != schedule_seed("other")
+    True
+    """
+    digest = hashlib.blake2b(f"swarmnode-schedule:{swarm}".encode(), digest_size=4).digest()
+    return int.from_bytes(digest, "big") % 2**31
+
+
+class SharedSchedule:
+    """Items that every node of a swarm asks in the same time bucket.
+
+    Time is cut into buckets of ``period_s`` seconds; bucket b holds an endless,
+    deterministic list of items drawn from the swarm name and b. A node takes the
+    next unused items of the current bucket each round, so nodes that run rounds at
+    a similar pace answer the same questions at about the same time, and their
+    answers can complete each other's groups (see ``completion``). The datasets are
+    this node's own, in a canonical order and with equal weight, so nodes with the
+    same datasets (whatever their weights) agree on the schedule.
+    """
+
+    def __init__(
+        self,
+        swarm: str,
+        cfg: TasksConfig,
+        period_s: float,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.swarm = swarm
+        self.seed = schedule_seed(swarm)
+        pairs = [(d.name, ref_config(d.config, d.size)) for d in cfg.datasets]
+        self.pairs = sorted(pairs, key=lambda p: (p[0], json.dumps(p[1], sort_keys=True)))
+        self.period_s = period_s
+        self.clock = clock
+        self._bucket: int | None = None
+        self._cursor = 0
+
+    def items(self, bucket: int, start: int, n: int) -> list[ItemRef]:
+        """Items ``start .. start + n - 1`` of ``bucket`` (pure)."""
+        rng = random.Random(f"swarmnode-schedule:{self.swarm}:{bucket}")
+        refs = []
+        for _ in range(start + n):
+            name, config = self.pairs[rng.randrange(len(self.pairs))]
+            refs.append(ItemRef(name, config, self.seed, rng.randrange(config["size"])))
+        return refs[start:]
+
+    def next(self, n: int) -> list[ItemRef]:
+        """The next ``n`` unused items of the current bucket."""
+        if n <= 0:
+            return []
+        bucket = int(self.clock() // self.period_s)
+        if bucket != self._bucket:
+            self._bucket, self._cursor = bucket, 0
+        refs = self.items(bucket, self._cursor, n)
+        self._cursor += n
+        return refs

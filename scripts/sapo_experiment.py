@@ -1,24 +1,40 @@
 """The SAPO experiment: does sharing rollouts help, on this machine, with real nodes?
 
-For each configuration, N real `swarmnode start` processes run R rounds on loopback
-(node 0 is the others' bootstrap peer), then each node's policy is scored on held-out
-items. Every configuration gives each node the same task seed, the same generation
-work (Q questions x G completions a round) and the same update size (B = I + J
-groups), so only the source of the trained-on groups differs:
+A *run* is one (configuration, seed): N real `swarmnode start` processes for R rounds
+on loopback (node 0 is the others' bootstrap peer), then each node's newest
+checkpoint is scored greedily on held-out items (strict accuracy). Node i of seed s
+gets the same task seed and LoRA initialisation in every configuration, and every
+configuration generates the same Q groups a round and trains at most B = Q groups,
+so only the source of the trained-on groups differs:
 
     none       I = B, J = 0       no sharing (nodes do not even connect)
-    balanced   I = B/2, J = B/2   the paper's best (4/4 of 8)
+    balanced   I = B/2, J = B/2   the paper's best (4/4 of 8), uniform sampler
     heavy      I = B/4, J = 3B/4  the paper's 2/6, which oscillated
-    adaptive   budget B, mode adaptive (see swarmnode/sampler.py)
+    adaptive   budget B, adaptive sampler (swarmnode/sampler.py)
+    complete   adaptive + same-question group completion (sapo.shared_items,
+               sapo.complete_groups: peers' verified answers to the swarm's
+               scheduled items join this node's no-signal groups)
+    complete-only   I = B, J = 0 + group completion (ablation: completion alone)
 
-Writes to --out: rewards.csv (config, node, round, reward, accuracy, external groups,
-peers), curves.png (moving average reward per configuration, mean over nodes),
-heldout.csv, and results.md (cumulative reward per configuration and its change vs
-no sharing, held-out accuracy). The last line printed is `name=value` figures.
+Runs are independent and resumable: ``--resume`` skips every (configuration, seed)
+whose nodes all finished their rounds and held-out scoring. Aggregation reads
+whatever runs exist (``--aggregate`` does only that) and writes to --out:
 
-    python scripts/sapo_experiment.py --nodes 4 --rounds 30
+- rewards.csv: config, seed, node, round, wall seconds, reward, accuracy, groups and
+  tokens; heldout.csv: strict held-out accuracy per node (and the base model's);
+- results.md: per configuration the mean cumulative reward per node and held-out
+  accuracy, each with the paired difference to ``none`` (by seed and node) and its
+  95% bootstrap interval, wall time and tokens generated / trained per node;
+- curves.png: reward per round (moving average, mean over nodes and seeds, 95%
+  band); time.png: the same against wall-clock seconds (time to accuracy).
+
+The last line printed carries, per configuration, runs, rounds, groups and tokens
+trained, cumulative reward and held-out accuracy.
+
+    python scripts/sapo_experiment.py --base configs/specialties.yaml --rounds 60 \\
+        --seeds 3 --configs none,complete --resume --out runs/sapo
+    python scripts/sapo_experiment.py --aggregate --out runs/sapo
     python scripts/sapo_experiment.py --quick --model tests-tiny-model-dir
-    python scripts/sapo_experiment.py --resume   # skip configurations already complete
 """
 
 from __future__ import annotations
@@ -26,41 +42,57 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import shutil
 import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import yaml
 from localswarm import REPO, bootstrap_addr, free_port, start_node, swarm_section
+from sapo_stats import mean_band, paired_diff
 
 sys.path.insert(0, str(REPO))
 
-from swarmnode.metrics import moving_average, read_metrics
-
-CONFIGS = ("none", "balanced", "heavy", "adaptive")
+CONFIGS = ("none", "balanced", "heavy", "adaptive", "complete", "complete-only")
 
 
 def sharing(name: str, budget: int) -> dict[str, Any]:
-    if name == "none":
-        return {"local_groups": budget, "external_groups": 0}
-    if name == "balanced":
-        return {"local_groups": budget - budget // 2, "external_groups": budget // 2}
-    if name == "heavy":
-        local = max(1, budget // 4)
-        return {"local_groups": local, "external_groups": budget - local}
-    if name == "adaptive":
-        half = budget // 2
-        return {"local_groups": budget - half, "external_groups": half, "mode": "adaptive"}
-    raise SystemExit(f"unknown configuration {name!r}; known: {', '.join(CONFIGS)}")
+    """The ``sapo`` section of a configuration, for a budget of B groups a round."""
+    half = budget // 2
+    quarter = max(1, budget // 4)
+    table: dict[str, dict[str, Any]] = {
+        "none": {"local_groups": budget, "external_groups": 0},
+        "balanced": {"local_groups": budget - half, "external_groups": half},
+        "heavy": {"local_groups": quarter, "external_groups": budget - quarter},
+        "adaptive": {"local_groups": budget - half, "external_groups": half, "mode": "adaptive"},
+        "complete": {
+            "local_groups": budget - half,
+            "external_groups": half,
+            "mode": "adaptive",
+            "shared_items": half,
+            "complete_groups": True,
+        },
+        "complete-only": {
+            "local_groups": budget,
+            "external_groups": 0,
+            "shared_items": half,
+            "complete_groups": True,
+        },
+    }
+    if name not in table:
+        raise SystemExit(f"unknown configuration {name!r}; known: {', '.join(CONFIGS)}")
+    return table[name]
 
 
 def node_config(
     base: dict[str, Any],
     args: argparse.Namespace,
     name: str,
+    seed: int,
     i: int,
     data: Path,
     port: int,
@@ -69,7 +101,7 @@ def node_config(
     cfg = yaml.safe_load(yaml.safe_dump(base))
     cfg["node"] = {
         **cfg.get("node", {}),
-        "name": f"{name}-{i}",
+        "name": f"{name}-s{seed}-{i}",
         "data_dir": str(data),
         "max_rounds": args.rounds,
     }
@@ -77,33 +109,49 @@ def node_config(
     model["threads"] = args.threads
     if args.model:
         model["name"] = args.model
-    cfg.setdefault("tasks", {})["seed"] = 100 + i  # paired across configurations
-    cfg.setdefault("train", {})["seed"] = i
+    tasks = cfg.setdefault("tasks", {})
+    tasks["seed"] = 1000 * seed + 100 + i  # paired across configurations
+    if args.hetero:  # each node mostly its own dataset, as in a swarm of different users
+        own = i % len(tasks["datasets"])
+        for k, spec in enumerate(tasks["datasets"]):
+            spec["weight"] = args.hetero if k == own else 1.0
+    cfg.setdefault("train", {})["seed"] = 1000 * seed + i
     rollout = cfg.setdefault("rollout", {})
     rollout["questions_per_round"] = args.questions
     rollout["completions_per_question"] = args.completions
     rollout["max_new_tokens"] = args.max_new_tokens
     cfg["checkpoint"] = {"every_rounds": max(1, args.rounds), "keep": 1}
     cfg["sapo"] = {**cfg.get("sapo", {}), **sharing(name, args.questions)}
-    cfg["swarm"] = swarm_section(f"exp-{name}", port, boot, enabled=name != "none")
+    cfg["swarm"] = swarm_section(f"exp-{name}-s{seed}", port, boot, enabled=name != "none")
     return cfg
 
 
-def run_configuration(name: str, args: argparse.Namespace, base: dict[str, Any]) -> list[Path]:
-    root = args.out / name
+def run_dir(args: argparse.Namespace, name: str, seed: int) -> Path:
+    return args.out / f"{name}-s{seed}"  # short: a Unix socket path lives below it
+
+
+def rounds_done(d: Path) -> int:
+    path = d / "metrics.jsonl"
+    return len(path.read_text().splitlines()) if path.is_file() else 0
+
+
+def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any]) -> None:
+    """Run one (configuration, seed) from scratch; its nodes' folders hold the results."""
+    root = run_dir(args, name, seed)
     shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
-    procs, dirs, boot = [], [], None
+    procs, boot = [], None
+    started = time.time()
     for i in range(args.nodes):
-        data = root / f"node-{i}"
+        data = root / f"n{i}"
         port = free_port()
-        cfg = node_config(base, args, name, i, data, port, boot)
+        cfg = node_config(base, args, name, seed, i, data, port, boot)
         if i == 0 and name != "none":
             boot = bootstrap_addr(data, port)
-        log = (root / f"node-{i}.log").open("w")
-        procs.append(start_node(cfg, root / f"node-{i}.yaml", args.threads, log))
-        dirs.append(data)
+        log = (root / f"n{i}.log").open("w")
+        procs.append(start_node(cfg, root / f"n{i}.yaml", args.threads, log))
     deadline = time.monotonic() + args.timeout
+    failed = []
     for i, proc in enumerate(procs):
         try:
             proc.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -111,151 +159,255 @@ def run_configuration(name: str, args: argparse.Namespace, base: dict[str, Any])
             proc.terminate()
             proc.wait(timeout=120)
         if proc.returncode != 0:
-            print(f"warning: {name} node-{i} exited {proc.returncode}; see {root}/node-{i}.log")
-    return dirs
+            failed.append(f"node {i} exited {proc.returncode}")
+    if failed:
+        raise SystemExit(f"{name} seed {seed}: {', '.join(failed)}; see the logs in {root}")
+    info = {"started": started, "wall_s": round(time.time() - started, 1), "nodes": args.nodes}
+    (root / "run.json").write_text(json.dumps(info))
 
 
-def heldout(dirs: list[Path], n: int) -> list[float]:
-    """Held-out accuracy per node (cached in the node's folder as heldout.json)."""
-    from swarmnode.config import load_config
-    from swarmnode.evaluate import evaluate
+def heldout(d: Path, per_dataset: int) -> dict[str, Any]:
+    """Strict held-out result of one node (cached in its folder as heldout.json)."""
+    cache = d / "heldout.json"
+    if not cache.is_file():
+        from swarmnode.config import load_config
+        from swarmnode.evaluate import evaluate
 
-    out = []
-    for d in dirs:
-        cache = d / "heldout.json"
-        if not cache.is_file():
-            cfg = load_config(d / "config.resolved.yaml")
-            cache.write_text(json.dumps(evaluate(cfg, n=n)))
-        out.append(float(json.loads(cache.read_text())["accuracy"]))
+        cfg = load_config(d / "config.resolved.yaml")
+        cache.write_text(json.dumps(evaluate(cfg, n=per_dataset)))
+    result: dict[str, Any] = json.loads(cache.read_text())
+    return result
+
+
+def base_heldout(args: argparse.Namespace, d: Path, per_dataset: int) -> dict[str, Any]:
+    """The untrained model on the same held-out items (once per --out)."""
+    cache = args.out / "base-heldout.json"
+    if not cache.is_file():
+        from swarmnode.config import load_config
+        from swarmnode.evaluate import evaluate
+
+        cfg = load_config(d / "config.resolved.yaml")
+        cache.write_text(json.dumps(evaluate(cfg, n=per_dataset, base=True)))
+    result: dict[str, Any] = json.loads(cache.read_text())
+    return result
+
+
+def complete(args: argparse.Namespace, name: str, seed: int) -> bool:
+    root = run_dir(args, name, seed)
+    nodes = [root / f"n{i}" for i in range(args.nodes)]
+    return (root / "run.json").is_file() and all(rounds_done(d) >= args.rounds for d in nodes)
+
+
+def read_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Every finished run under --out: per-round rows and per-node held-out rows."""
+    rows, held = [], []
+    for root in sorted(args.out.glob("*-s*")):
+        name, _, seed_text = root.name.rpartition("-s")
+        if name not in CONFIGS or not seed_text.isdigit() or not (root / "run.json").is_file():
+            continue
+        seed = int(seed_text)
+        started = json.loads((root / "run.json").read_text())["started"]
+        for d in sorted(root.glob("n*")):
+            if not d.is_dir():
+                continue
+            i = int(d.name.removeprefix("n"))
+            lines = (d / "metrics.jsonl").read_text().splitlines()
+            recs = [json.loads(x) for x in lines if x.strip()][: args.rounds]
+            if len(recs) < args.rounds:
+                continue
+            for r in recs:
+                rows.append(
+                    {
+                        "config": name,
+                        "seed": seed,
+                        "node": i,
+                        "round": r["round"],
+                        "wall_s": round(r["time"] - started, 1),
+                        "reward": r["reward_mean"],
+                        "accuracy": r["accuracy"],
+                        "groups_trained": r["groups_trained"],
+                        "external_groups": r.get("external_groups", 0),
+                        "completed_groups": r.get("completed_groups", 0),
+                        "tokens_generated": r.get("tokens_generated", 0),
+                        "tokens_trained": r.get("tokens_trained", 0),
+                    }
+                )
+            h = heldout(d, args.per_dataset)
+            held.append(
+                {
+                    "config": name,
+                    "seed": seed,
+                    "node": i,
+                    "heldout_accuracy": h["accuracy"],
+                    "items": h["items"],
+                    "lo": round(h["interval"][0], 4),
+                    "hi": round(h["interval"][1], 4),
+                    "mean_score": round(h["mean_score"], 4),
+                    "seen_in_training": h["seen_in_training"],
+                    "collapsed": ",".join(k for k, v in h["per_dataset"].items() if v["collapsed"]),
+                }
+            )
+    return rows, held
+
+
+def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["config"])
+        w.writeheader()
+        w.writerows(rows)
+
+
+def moving(xs: list[float], window: int) -> list[float]:
+    out, acc = [], 0.0
+    for k, x in enumerate(xs):
+        acc += x - (xs[k - window] if k >= window else 0.0)
+        out.append(acc / min(k + 1, window))
     return out
 
 
-def finished(name: str, args: argparse.Namespace) -> list[Path] | None:
-    """The node folders of a configuration that already ran all its rounds, else None."""
-    dirs = [args.out / name / f"node-{i}" for i in range(args.nodes)]
-    done = all(len(read_metrics(d / "metrics.jsonl")) >= args.rounds for d in dirs)
-    return dirs if done else None
-
-
-def plot(curves: dict[str, list[float]], path: Path, window: int) -> None:
+def plot(rows: list[dict[str, Any]], names: list[str], out: Path, window: int) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for name, ys in curves.items():
-        ax.plot(range(1, len(ys) + 1), moving_average(ys, window), label=name, linewidth=2)
-    ax.set_xlabel("round")
-    ax.set_ylabel(f"reward, mean over nodes ({window}-round moving average)")
-    ax.grid(alpha=0.3)
-    ax.legend()
+    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    for name in names:
+        per_node: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+        for r in rows:
+            if r["config"] == name:
+                per_node[(r["seed"], r["node"])].append(r)
+        series = [sorted(v, key=lambda r: r["round"]) for v in per_node.values()]
+        if not series:
+            continue
+        curves = [moving([r["reward"] for r in s], window) for s in series]
+        mean, lo, hi = mean_band(curves)
+        xs = list(range(1, len(mean) + 1))
+        walls, _, _ = mean_band([[r["wall_s"] for r in s] for s in series])
+        for ax, x in ((axes[0], xs), (axes[1], walls)):
+            (line,) = ax.plot(x, mean, label=f"{name} ({len(series)} nodes)", linewidth=2)
+            ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
+    axes[0].set_xlabel("round")
+    axes[1].set_xlabel("wall-clock seconds since the run started (mean over nodes)")
+    for ax in axes:
+        ax.set_ylabel(f"training reward ({window}-round moving average)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+    fig.suptitle("mean over nodes and seeds, 95% band")
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    fig.savefig(out, dpi=110)
+
+
+def summarise(
+    args: argparse.Namespace, rows: list[dict[str, Any]], held: list[dict[str, Any]]
+) -> str:
+    names = [n for n in CONFIGS if any(r["config"] == n for r in rows)]
+    cumulative: dict[str, dict[tuple[int, int], float]] = defaultdict(lambda: defaultdict(float))
+    totals: dict[str, dict[str, float]] = defaultdict(lambda: defaultdict(float))
+    walls: dict[str, dict[tuple[int, int], float]] = defaultdict(dict)
+    for r in rows:
+        key = (r["seed"], r["node"])
+        cumulative[r["config"]][key] += r["reward"]
+        walls[r["config"]][key] = max(walls[r["config"]].get(key, 0.0), r["wall_s"])
+        for k in ("groups_trained", "external_groups", "completed_groups"):
+            totals[r["config"]][k] += r[k]
+        for k in ("tokens_generated", "tokens_trained"):
+            totals[r["config"]][k] += r[k]
+    acc = {
+        n: {(h["seed"], h["node"]): h["heldout_accuracy"] for h in held if h["config"] == n}
+        for n in names
+    }
+    base = held and base_heldout(
+        args, run_dir(args, held[0]["config"], held[0]["seed"]) / "n0", args.per_dataset
+    )
+    lines = [
+        f"{args.nodes} nodes a run, {args.rounds} rounds, Q = B = {args.questions} groups of "
+        f"{args.completions} completions, <= {args.max_new_tokens} new tokens; held-out: "
+        f"{args.per_dataset} items per dataset per node, greedy, strict accuracy"
+        + (f" (base model: {base['accuracy']:.3f}, {base['items']} items)" if base else "")
+        + ". Differences are paired by (seed, node); [95% bootstrap interval].",
+        "",
+        "| config | I / J | runs (seeds) | cumulative reward per node | vs none | "
+        "held-out accuracy | vs none (points) | wall s per node | tokens gen / trained "
+        "per node | ext / completed groups per node |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    figures = []
+    for n in names:
+        s = sharing(n, args.questions)
+        keys = cumulative[n]
+        k = len(keys)
+        seeds = sorted({key[0] for key in keys})
+        d = paired_diff(keys, cumulative["none"]) if n != "none" else None
+        h = paired_diff(acc[n], acc.get("none", {})) if n != "none" else None
+        mean_acc = sum(acc[n].values()) / max(1, len(acc[n]))
+        vs = f"{d.rel:+.1%} [{d.rel_lo:+.1%}, {d.rel_hi:+.1%}]" if d and d.pairs else "—"
+        hv = f"{h.diff * 100:+.1f} [{h.lo * 100:+.1f}, {h.hi * 100:+.1f}]" if h and h.pairs else "—"
+        t = totals[n]
+        lines.append(
+            f"| {n} | {s['local_groups']} / {s['external_groups']} | {len(seeds)} "
+            f"({','.join(map(str, seeds))}) | {sum(keys.values()) / k:.2f} | {vs} | "
+            f"{mean_acc:.3f} | {hv} | {sum(walls[n].values()) / k:.0f} | "
+            f"{t['tokens_generated'] / k:.0f} / {t['tokens_trained'] / k:.0f} | "
+            f"{t['external_groups'] / k:.0f} / {t['completed_groups'] / k:.0f} |"
+        )
+        figures.append(
+            f"{n}_runs={len(seeds)} {n}_groups_trained={t['groups_trained']:.0f} "
+            f"{n}_tokens_trained={t['tokens_trained']:.0f} "
+            f"{n}_cumulative={sum(keys.values()) / k:.3f} {n}_heldout={mean_acc:.3f}"
+        )
+    plot(rows, names, args.out / "curves.png", args.window)
+    text = "\n".join(lines) + "\n"
+    (args.out / "results.md").write_text(text)
+    return text + " ".join(figures)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=30)
-    ap.add_argument("--configs", default=",".join(CONFIGS))
-    ap.add_argument("--base", type=Path, default=REPO / "configs" / "node.yaml")
+    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument("--seeds", type=int, default=1, help="run seeds 0..K-1 of each config")
+    ap.add_argument("--seed-list", help="comma-separated seeds instead of --seeds")
+    ap.add_argument("--configs", default="none,balanced,adaptive,complete")
+    ap.add_argument("--base", type=Path, default=REPO / "configs" / "specialties.yaml")
     ap.add_argument("--model", help="override model.name (e.g. a tiny model folder)")
     ap.add_argument("--questions", type=int, default=4, help="Q = B, groups made and trained")
     ap.add_argument("--completions", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--threads", type=int, default=1, help="torch threads per node")
-    ap.add_argument("--heldout", type=int, default=20, help="held-out items per dataset")
-    ap.add_argument("--window", type=int, default=5)
-    ap.add_argument("--timeout", type=float, default=3600, help="per configuration, seconds")
+    ap.add_argument("--heldout", type=int, default=200, help="held-out items per node")
+    ap.add_argument(
+        "--hetero", type=float, default=0.0, help="weight of each node's own dataset (0 = off)"
+    )
+    ap.add_argument("--window", type=int, default=10)
+    ap.add_argument("--timeout", type=float, default=7200, help="per run, seconds")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "sapo")
     ap.add_argument("--quick", action="store_true", help="2 nodes, 3 rounds, small batches")
-    ap.add_argument(
-        "--resume",
-        action="store_true",
-        help="reuse configurations that already ran all their rounds in --out",
-    )
+    ap.add_argument("--resume", action="store_true", help="skip runs that already finished")
+    ap.add_argument("--aggregate", action="store_true", help="only aggregate existing runs")
     args = ap.parse_args()
     if args.quick:
         args.nodes, args.rounds, args.questions, args.completions = 2, 3, 2, 4
         args.max_new_tokens, args.heldout, args.window = 8, 2, 2
-    names = [c.strip() for c in args.configs.split(",") if c.strip()]
     base = yaml.safe_load(args.base.read_text())
+    args.per_dataset = max(1, math.ceil(args.heldout / len(base["tasks"]["datasets"])))
     args.out.mkdir(parents=True, exist_ok=True)
-
-    rows: list[dict[str, Any]] = []
-    held: dict[str, list[float]] = {}
-    for name in names:
-        t0 = time.monotonic()
-        dirs = (args.resume and finished(name, args)) or run_configuration(name, args, base)
-        for i, d in enumerate(dirs):
-            for r in read_metrics(d / "metrics.jsonl"):
-                rows.append(
-                    {
-                        "config": name,
-                        "node": i,
-                        "round": r["round"],
-                        "reward": r["reward_mean"],
-                        "accuracy": r["accuracy"],
-                        "external_groups": r.get("external_groups", 0),
-                        "external_peers": r.get("external_peers", 0),
-                        "groups_trained": r["groups_trained"],
-                    }
-                )
-        held[name] = heldout(dirs, args.heldout)
-        print(
-            f"{name}: {time.monotonic() - t0:.0f}s, held-out accuracy "
-            f"{sum(held[name]) / len(held[name]):.3f}",
-            flush=True,
-        )
-
-    with (args.out / "rewards.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]) if rows else ["config"])
-        writer.writeheader()
-        writer.writerows(rows)
-    with (args.out / "heldout.csv").open("w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(["config", "node", "heldout_accuracy"])
-        for name, accs in held.items():
-            w.writerows([name, i, a] for i, a in enumerate(accs))
-
-    curves: dict[str, list[float]] = {}
-    table = [
-        "| configuration | I / J | cumulative reward | vs none | cumulative accuracy "
-        "| external groups trained | held-out accuracy |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    cumulative = {n: sum(r["reward"] for r in rows if r["config"] == n) for n in names}
-    for name in names:
-        mine = [r for r in rows if r["config"] == name]
-        per_round: dict[int, list[float]] = {}
-        for r in mine:
-            per_round.setdefault(r["round"], []).append(r["reward"])
-        curves[name] = [sum(v) / len(v) for _, v in sorted(per_round.items())]
-        s = sharing(name, args.questions)
-        none = cumulative.get("none")
-        change = f"{(cumulative[name] / none - 1) * 100:+.1f}%" if none else "n/a"
-        acc = sum(r["accuracy"] for r in mine)
-        ext = sum(r["external_groups"] for r in mine)
-        h = held[name]
-        table.append(
-            f"| {name} | {s['local_groups']} / {s['external_groups']} | "
-            f"{cumulative[name]:.2f} | {change} | {acc:.2f} | {ext} | "
-            f"{sum(h) / len(h):.3f} |"
-        )
-    plot(curves, args.out / "curves.png", args.window)
-    header = (
-        f"{args.nodes} nodes, {args.rounds} rounds, Q = B = {args.questions} groups of "
-        f"{args.completions} completions, <= {args.max_new_tokens} new tokens, "
-        f"{args.heldout} held-out items per dataset.\n\n"
-    )
-    (args.out / "results.md").write_text(header + "\n".join(table) + "\n")
-    print(header + "\n".join(table))
-    print(
-        " ".join(f"{n}_cumulative={cumulative[n]:.3f}" for n in names)
-        + " "
-        + " ".join(f"{n}_heldout={sum(held[n]) / len(held[n]):.3f}" for n in names)
-    )
+    seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else range(args.seeds)
+    if not args.aggregate:
+        for name in [c.strip() for c in args.configs.split(",") if c.strip()]:
+            sharing(name, args.questions)  # unknown names fail before anything runs
+            for seed in seeds:
+                if args.resume and complete(args, name, seed):
+                    continue
+                t0 = time.monotonic()
+                run_once(name, seed, args, base)
+                for i in range(args.nodes):
+                    heldout(run_dir(args, name, seed) / f"n{i}", args.per_dataset)
+                print(f"{name} seed {seed}: {time.monotonic() - t0:.0f}s", flush=True)
+    rows, held = read_runs(args)
+    write_csv(args.out / "rewards.csv", rows)
+    write_csv(args.out / "heldout.csv", held)
+    print(summarise(args, rows, held), flush=True)
 
 
 if __name__ == "__main__":

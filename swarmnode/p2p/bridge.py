@@ -39,6 +39,10 @@ class Counters:
         with self._lock:
             self._c[name] += n
 
+    def get(self, name: str) -> int:
+        with self._lock:
+            return self._c[name]
+
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return dict(self._c)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ENV, REPO
 
 
@@ -22,6 +24,7 @@ def run(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@pytest.mark.slow  # several node processes for minutes: the second pass
 def test_quick_experiment_with_seeds(tiny_model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "exp"
     common = ["--quick", "--model", str(tiny_model_dir), "--out", str(out)]

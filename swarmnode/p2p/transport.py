@@ -70,10 +70,14 @@ def route_libp2p_logging() -> None:
     if os.environ.get("LIBP2P_DEBUG"):
         return
     libp2p = logging.getLogger("libp2p")
-    libp2p.handlers[:] = [_ToSwarmnodeLog()]
-    libp2p.propagate = False
     debug = logging.getLogger("swarmnode").getEffectiveLevel() <= logging.DEBUG
-    libp2p.setLevel(logging.WARNING if debug else logging.ERROR)
+    level = logging.WARNING if debug else logging.ERROR
+    # The level sits on the handler too: some py-libp2p modules set their own logger
+    # to INFO, and a child's records reach this handler whatever the parent's level.
+    handler = _ToSwarmnodeLog(level)
+    libp2p.handlers[:] = [handler]
+    libp2p.propagate = False
+    libp2p.setLevel(level)
 
 
 __all__ = ["GossipTransport", "TransportError"]

@@ -161,6 +161,7 @@ def main() -> None:
     from swarmnode.config import parse_config
     from swarmnode.evaluate import probe_signal
     from swarmnode.model import load_policy
+    from swarmnode.tasks import TaskError
 
     torch.set_num_threads(args.threads)
     wanted = set(args.only.split(",")) if args.only else None
@@ -181,7 +182,11 @@ def main() -> None:
                 },
             }
         )
-        probe = probe_signal(cfg, policy, args.items)
+        try:
+            probe = probe_signal(cfg, policy, args.items)
+        except TaskError as err:  # a candidate whose config reasoning-gym refuses
+            print(f"label={label} dataset={name} error={err}", flush=True)
+            continue
         tokens += probe.pop("tokens_generated")
         row = {
             "label": label,

@@ -162,12 +162,22 @@ def status(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt
 
 @app.command()
 def peers(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt = False) -> None:
-    """Ask a running node for its connected peers and mesh."""
+    """Ask a running node for its connected peers, mesh, peer scores and graylist."""
     reply = _query(config, data_dir)
     from swarmnode.report import format_peers
 
     sw = reply.get("swarm") or {}
-    view = {k: sw.get(k) for k in ("peer_id", "connected_peers", "mesh_size", "topic_peers")}
+    view = {
+        k: sw.get(k)
+        for k in (
+            "peer_id",
+            "connected_peers",
+            "mesh_size",
+            "topic_peers",
+            "peer_scores",
+            "graylisted",
+        )
+    }
     typer.echo(json.dumps(view, indent=1) if json_ else format_peers(reply))
 
 

@@ -5,7 +5,9 @@
 - publish: each round's groups leave as one wire message (halved until each part
   fits, ``encode_round``);
 - ingest pump: a task on the event loop takes what the transport received, decodes it
-  and hands it to ``IngestQueue.offer`` (verification) in a worker thread;
+  and hands it to ``IngestGuard.offer`` (``IngestQueue.offer``, verification, within
+  the ingestion time budget) in a worker thread; each offer's verdicts move the
+  sender's score in the transport's ``peer_scores`` (graylisting);
 - fail-stop: a dead transport or a crashed pump is recorded, shown in status
   (``swarm_failure``), asks the node to stop, and ``check()`` raises ``SwarmError``.
 
@@ -18,6 +20,10 @@ Invariants:
 - At most one ``offer`` is in flight, so verification never competes with more
   than itself for the CPU; while it runs, messages wait in the transport's bounded
   inbox.
+- Verification takes at most ``sapo.ingest_max_share`` of wall time: past it the pump
+  waits on the loop (cancellable) before the next offer, and newer messages wait in
+  the transport's bounded, drop-oldest inbox, which counts what it drops. The share
+  is ``ingest_time_share`` in each round record and in status.
 - Every wait has a timeout: the transport is polled every ``POLL_S``; an offer
   slower than ``SLOW_OFFER_S`` is logged (and waited for: it is bounded work, and a
   second concurrent one would break the invariant above).
@@ -44,6 +50,7 @@ from swarmnode.config import Config
 from swarmnode.errors import SwarmnodeError
 from swarmnode.groups import RolloutGroup
 from swarmnode.ingest import IngestQueue
+from swarmnode.ingest_guard import IngestGuard
 from swarmnode.metrics import RoundRecord
 from swarmnode.p2p.wire import WireError, decode_batch, encode_batch
 from swarmnode.transport import Transport, TransportError
@@ -96,6 +103,7 @@ class RolloutExchange:
         self.cfg = cfg
         self.transport = transport
         self.queue = queue
+        self.guard = IngestGuard(queue, transport.peer_scores, cfg.sapo.ingest_max_share)
         self.on_failure = on_failure
         self.failure: str | None = None
         self.decode_failures: Counter[str] = Counter()
@@ -147,7 +155,7 @@ class RolloutExchange:
     # -- intake ------------------------------------------------------------------
 
     async def _pump(self) -> None:
-        transport, queue = self.transport, self.queue
+        transport, guard = self.transport, self.guard
         while True:
             item = await transport.receive(timeout=POLL_S)
             if not transport.running:
@@ -159,7 +167,8 @@ class RolloutExchange:
             except WireError as err:
                 self.decode_failures[err.reason] += 1
                 continue
-            offer = asyncio.ensure_future(asyncio.to_thread(queue.offer, item.peer_id, groups))
+            await guard.await_budget()  # past the ingestion time share: wait here
+            offer = asyncio.ensure_future(asyncio.to_thread(guard.offer, item.peer_id, groups))
             t0 = time.monotonic()
             while True:
                 try:
@@ -205,6 +214,7 @@ class RolloutExchange:
             msgs_in=st["msgs_in"],
             msgs_out=st["msgs_out"],
             msgs_rejected=st["rejected_total"],
+            ingest_time_share=self.guard.report()["ingest_time_share"],
         )
 
     def status(self) -> dict[str, Any]:
@@ -212,6 +222,7 @@ class RolloutExchange:
         ingest: dict[str, Any] = self.queue.report()
         ingest["per_peer"] = self.queue.per_peer()
         ingest["offers"] = self.offers
+        ingest.update(self.guard.report())
         return {
             "swarm_failure": self.failure,
             "decode_failures": dict(self.decode_failures),

@@ -8,7 +8,9 @@ messages wait in the transport's bounded, drop-oldest inbox, which counts what i
 drops; and (2) each offer's outcome moves the sender's peer score: accepted groups
 earn credit, failed verification and false reward claims cost (``PeerScores``).
 
-Hook: call ``guard.offer(peer, groups)`` where the node called ``queue.offer``.
+Hook: ``exchange.RolloutExchange``'s pump awaits ``guard.await_budget()`` on its
+event loop (cancellable, so a stop is prompt) and then runs ``guard.offer(peer,
+groups)`` in a worker thread; the scores are its transport's ``peer_scores``.
 
 Invariants:
 - Offers are serialised by the caller (one in flight), so the verdicts read from
@@ -18,6 +20,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -55,6 +58,12 @@ class IngestGuard:
         self.budget = TimeShare(max_share, window_s, clock)
         self.clock, self.sleep = clock, sleep
         self.waited_s = 0.0
+
+    async def await_budget(self) -> None:
+        """Wait on the event loop until the next offer fits the time share."""
+        while (wait := self.budget.wait_s()) > 0:
+            self.waited_s += wait
+            await asyncio.sleep(wait)
 
     def offer(self, peer: str, groups: Sequence[RolloutGroup]) -> int:
         """Wait for budget, verify, report the verdicts; returns groups kept."""

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 from swarmnode.p2p.bridge import Counters, Inbox
+from swarmnode.p2p.peerscore import PeerScores
 from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, WireError, decode_batch
 from swarmnode.transport import Received, Transport, TransportError
 
@@ -54,6 +55,7 @@ class MemoryTransport(Transport):
         self.swarm = swarm
         self.counters = Counters()
         self.inbox = Inbox(inbox_size, self.counters)  # the gossip transport's own queue
+        self.scores = PeerScores()  # verdicts only: nothing here graylists
         self._running = False
         self._crashed: str | None = None
 
@@ -64,6 +66,10 @@ class MemoryTransport(Transport):
     @property
     def running(self) -> bool:
         return self._running
+
+    @property
+    def peer_scores(self) -> PeerScores:
+        return self.scores
 
     async def start(self) -> None:
         if self._running:
@@ -131,4 +137,6 @@ class MemoryTransport(Transport):
             "rejected_total": sum(rejected.values()),
             "inbox_len": len(self.inbox),
             "inbox_dropped": counters.get("inbox_dropped", 0),
+            "peer_scores": self.scores.snapshot(),
+            "graylisted": sorted(self.scores.graylisted()),
         }

@@ -68,6 +68,7 @@ class RoundRecord:
     msgs_in: int = 0
     msgs_out: int = 0
     msgs_rejected: int = 0
+    ingest_time_share: float = 0.0  # share of the last 30 s spent verifying peers' groups
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -34,7 +34,23 @@ def format_peers(reply: dict[str, Any]) -> str:
         f"topic peers: {sw.get('topic_peers', 0)}   dht: {sw.get('dht_routing_table', 0)}",
     ]
     lines += [f"  {p}" for p in peers]
+    lines += _score_lines(sw)
     return "\n".join(lines)
+
+
+def _score_lines(sw: dict[str, Any]) -> list[str]:
+    """Peer scores (lowest first, as the transport lists them) and who is graylisted."""
+    graylisted = sw.get("graylisted") or []
+    lines = [f"graylisted: {len(graylisted)}"] + [f"  {p}" for p in graylisted]
+    scores = sw.get("peer_scores") or {}
+    if scores:
+        lines.append("peer scores (lowest first):")
+    for peer, row in scores.items():
+        mark = "  GRAYLISTED" if row.get("graylisted") else ""
+        lines.append(
+            f"  {_short(peer)}  {row.get('score', 0.0):>8.2f}{mark}  {_counts(row.get('verdicts'))}"
+        )
+    return lines
 
 
 def format_status(reply: dict[str, Any]) -> str:
@@ -56,6 +72,7 @@ def format_status(reply: dict[str, Any]) -> str:
             f"rejected {sw.get('rejected_total', 0)}: {_counts(sw.get('rejected'))}",
             f"inbox {sw.get('inbox_len', 0)} (dropped {sw.get('inbox_dropped', 0)})  "
             f"outbox dropped {sw.get('outbox_dropped', 0)}",
+            *_score_lines(sw),
         ]
     else:
         lines.append("swarm disabled")
@@ -69,6 +86,9 @@ def format_status(reply: dict[str, Any]) -> str:
             f"queue {ing.get('queue_groups', 0)} groups, {ing.get('queue_bytes', 0)} bytes  "
             f"evicted: {_counts(ing.get('ingest_evicted'))}  "
             f"false claims {ing.get('ingest_claims_false', 0)}",
+            f"ingest time share {ing.get('ingest_time_share', 0.0)}"
+            f"  (busy {ing.get('ingest_busy_s', 0.0)}s,"
+            f" waited for budget {ing.get('ingest_budget_wait_s', 0.0)}s)",
             "queue per peer: "
             + _counts({_short(k): v for k, v in (ing.get("per_peer") or {}).items()}),
         ]

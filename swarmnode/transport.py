@@ -19,9 +19,12 @@ Invariants every implementation keeps:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from swarmnode.errors import SwarmnodeError
+
+if TYPE_CHECKING:
+    from swarmnode.p2p.peerscore import PeerScores
 
 
 class TransportError(SwarmnodeError):
@@ -51,6 +54,12 @@ class Transport(ABC):
     @abstractmethod
     def running(self) -> bool:
         """True between a successful ``start`` and ``stop`` (or a crash)."""
+
+    @property
+    def peer_scores(self) -> PeerScores | None:
+        """The per-peer scores this transport acts on (graylisting), or None if it keeps
+        none. Ingestion reports its verdicts (verified, failed, false claims) here."""
+        return None
 
     @abstractmethod
     async def start(self) -> None:

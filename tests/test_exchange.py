@@ -17,6 +17,7 @@ from swarmnode.exchange import RolloutExchange, SwarmError, encode_round
 from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.ingest import Catalog, IngestQueue
 from swarmnode.memory_transport import MemoryNetwork, MemoryTransport
+from swarmnode.metrics import RoundRecord
 from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, decode_batch, encode_batch
 from tests.helpers import SPEC, make_group, score, wait_for
 
@@ -96,6 +97,14 @@ def test_pump_verifies_what_peers_publish_and_refuses_held_out_items(tmp_path: P
             assert not b.stops and b.exchange.status()["ingest"]["ingest_rejected"] == {
                 "heldout": 1
             }
+            # The verdicts reach the transport's peer scores (gossip: graylisting).
+            verdicts = b.transport.stats()["peer_scores"]["A"]["verdicts"]
+            assert verdicts == {"accepted": 1, "failed_verification": 1}
+            assert b.transport.scores.score("A") < 0  # a held-out item costs more than one earns
+            status = b.exchange.status()["ingest"]
+            assert {"ingest_time_share", "ingest_busy_s", "ingest_budget_wait_s"} <= set(status)
+            rec = b.exchange.with_figures(RoundRecord(round=1))
+            assert rec.ingest_time_share == status["ingest_time_share"]
         finally:
             await a.exchange.stop()
             await b.exchange.stop()

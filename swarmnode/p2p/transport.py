@@ -42,6 +42,7 @@ from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Counters, Inbox, Outbox
 from swarmnode.p2p.host import HostInfo, P2PHost
 from swarmnode.p2p.identity import identity_path, load_or_create_identity, load_psk
+from swarmnode.p2p.peerscore import PeerScores
 from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, WireError
 from swarmnode.transport import Received, Transport, TransportError
 
@@ -94,6 +95,7 @@ class GossipTransport(Transport):
         self.counters = Counters()
         self.inbox = Inbox(cfg.inbox_size, self.counters)
         self.outbox = Outbox(cfg.outbox_size, self.counters)
+        self.scores = PeerScores(cfg.graylist_score, cfg.graylist_s)  # shared with the host
         self.info: HostInfo | None = None
         self._host: P2PHost | None = None
         self._token: trio.lowlevel.TrioToken | None = None
@@ -111,6 +113,10 @@ class GossipTransport(Transport):
     def running(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
 
+    @property
+    def peer_scores(self) -> PeerScores:
+        return self.scores
+
     async def start(self) -> None:
         """Bring the host up: listening, subscribed, bootstrap dialling in the background."""
         if self._thread is not None:
@@ -119,7 +125,9 @@ class GossipTransport(Transport):
         if created:
             log.info("created a new identity in %s", self.data_dir)
         psk = load_psk(Path(self.cfg.psk_file).expanduser()) if self.cfg.psk_file else None
-        self._host = P2PHost(self.cfg, key_pair, psk, self.inbox, self.outbox, self.counters)
+        self._host = P2PHost(
+            self.cfg, key_pair, psk, self.inbox, self.outbox, self.counters, self.scores
+        )
         loop = asyncio.get_running_loop()
         self.inbox.bind(loop)
         started: asyncio.Future[HostInfo] = loop.create_future()

@@ -77,11 +77,43 @@ class DatasetSpec(_Section):
     config: dict[str, Any] = Field(
         default_factory=dict, description="Keyword arguments for the dataset's config."
     )
+    levels: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Harder configs for the curriculum (tasks.curriculum), easiest first; "
+        "each is merged over `config`, which is level 0. Peers accept every level.",
+    )
     partial_credit: bool = Field(
         False,
         description="Keep reasoning-gym's partial credit as reward (false = 1 for a fully "
         "right answer, else 0: partial credit rewards '15' for 5 in basic_arithmetic).",
     )
+
+
+class CurriculumConfig(_Section):
+    """Moves each dataset between its difficulty levels (``DatasetSpec.levels``)."""
+
+    enabled: bool = Field(False, description="Move datasets up and down their levels.")
+    window: int = Field(
+        64, ge=8, le=100_000, description="Recent own completions per dataset judged."
+    )
+    promote_at: float = Field(
+        0.75,
+        gt=0,
+        le=1,
+        description="Strict accuracy over the window at which a dataset moves one level up.",
+    )
+    demote_at: float = Field(
+        0.1,
+        ge=0,
+        lt=1,
+        description="Strict accuracy over the window at which it moves one level down.",
+    )
+
+    @model_validator(mode="after")
+    def _order(self) -> CurriculumConfig:
+        if self.demote_at >= self.promote_at:
+            raise ValueError("demote_at: must be below promote_at (else a level would flap)")
+        return self
 
 
 class TasksConfig(_Section):
@@ -94,6 +126,7 @@ class TasksConfig(_Section):
     system_prompt: str | None = Field(
         None, description="Override the default system prompt that fixes the answer format."
     )
+    curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
 
     @model_validator(mode="after")
     def _unique_names(self) -> TasksConfig:
@@ -132,6 +165,13 @@ class TrainConfig(_Section):
         ge=1,
         description="Completions per forward/backward pass (null = a whole group; "
         "lower = less memory).",
+    )
+    micro_batch_tokens: int | None = Field(
+        2048,
+        ge=1,
+        description="Most padded completion tokens per forward/backward pass (rows x "
+        "longest row; a longer single completion goes alone): bounds the update's memory "
+        "whatever G peers send (null = no limit).",
     )
     format_reward_weight: float = Field(
         0.0, ge=0, le=1, description="Weight of the format reward added to the task reward."

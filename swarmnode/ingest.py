@@ -41,7 +41,7 @@ from swarmnode.config import DatasetSpec, SapoConfig
 from swarmnode.evaluate import HELDOUT_SEED
 from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.rewards import Scorer
-from swarmnode.tasks import TaskError, ref_config, regenerate
+from swarmnode.tasks import TaskError, level_configs, regenerate
 
 REASONS = (
     "heldout",
@@ -124,9 +124,9 @@ class Catalog:
 
     def __init__(self, specs: Sequence[DatasetSpec]) -> None:
         self._configs: dict[tuple[str, object], dict[str, Any]] = {}
-        for spec in specs:
-            config = ref_config(spec.config, spec.size)
-            self._configs[(spec.name, _value_key(config))] = config
+        for spec in specs:  # every curriculum level: peers may be at another one
+            for config in level_configs(spec):
+                self._configs[(spec.name, _value_key(config))] = config
 
     def canonical(self, ref: ItemRef) -> ItemRef | None:
         """``ref`` with this node's own config values, or None when out of catalog."""

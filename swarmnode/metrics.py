@@ -57,6 +57,9 @@ class RoundRecord:
     external_shortfall: int = 0  # external slots nobody could fill
     external_by_peer: dict[str, int] = field(default_factory=dict)  # peer -> groups trained on
     completed_groups: int = 0  # no-signal local groups completed with peers' answers
+    completions_cut: int = 0  # peers' completions cut to rollout.max_new_tokens (total)
+    local_signal: int = 0  # this round's own groups with signal (before completion)
+    levels: dict[str, int] = field(default_factory=dict)  # curriculum: "k:dataset" -> level
     # The network side, after the round (zeros for a node training alone).
     published_bytes: int = 0
     queue_groups: int = 0

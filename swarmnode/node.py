@@ -48,10 +48,11 @@ from swarmnode.checkpoint import Checkpointer
 from swarmnode.completion import AnswerBook, GroupCompleter
 from swarmnode.config import Config, dump_config
 from swarmnode.control import ControlServer
+from swarmnode.curriculum import Curriculum
 from swarmnode.exchange import RolloutExchange
 from swarmnode.generate import GenerationCancelled
 from swarmnode.ingest import Catalog, IngestQueue
-from swarmnode.metrics import MetricsLog, RoundRecord, progress_line, reward_summary
+from swarmnode.metrics import MetricsLog, RoundRecord, progress_line, read_rounds, reward_summary
 from swarmnode.rewards import make_scorer
 from swarmnode.sampler import SwarmSampler
 from swarmnode.tasks import SharedSchedule
@@ -96,16 +97,13 @@ class Node:
         self.answers: AnswerBook | None = None  # peers' answers by item (group completion)
         self.schedule: SharedSchedule | None = None  # the swarm's shared items
         self.completer: GroupCompleter | None = None  # made once the tokenizer is loaded
+        self.curriculum: Curriculum | None = None  # made once the task mix exists
         queue: IngestQueue | None = None
         if self.transport is not None:
             scorer = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
             catalog = Catalog([*cfg.tasks.datasets, *cfg.sapo.extra_catalog])
             if cfg.sapo.complete_groups:
                 self.answers = AnswerBook()
-            if cfg.sapo.shared_items:
-                self.schedule = SharedSchedule(
-                    cfg.swarm.name, cfg.tasks, cfg.sapo.schedule_period_s
-                )
             queue = IngestQueue(cfg.sapo, catalog, scorer, answers=self.answers)
             self.exchange = RolloutExchange(cfg, self.transport, queue, self.stop.set)
         self.sampler = SwarmSampler(cfg.sapo, queue, seed=cfg.train.seed)
@@ -161,6 +159,7 @@ class Node:
             self.round = saved = restored or 0
             if restored:
                 log.info("resuming at round %d", restored + 1)
+            self._tasks_side(trainer, restored or 0)
             if self.answers is not None:
                 sapo = self.cfg.sapo
                 self.completer = GroupCompleter(
@@ -211,6 +210,8 @@ class Node:
             local, completed = await self._work(self.completer.prepare, groups)
         comp = await self._work(self.sampler.compose, r, local)
         step = await self._work(trainer.update, comp.groups, self.stop.is_set)
+        if self.curriculum is not None:  # levels for the next round
+            self.curriculum.observe(groups)
         by_peer = comp.by_peer()
         self.trained_from.update(by_peer)
         reward_mean, accuracy, format_reward = reward_summary(
@@ -232,15 +233,33 @@ class Node:
             kl=round(step.kl, 6),
             grad_norm=round(step.grad_norm, 6),
             clip_fraction=round(step.clip_fraction, 6),
+            local_signal=sum(g.has_signal for g in groups),
+            levels=self.curriculum.levels() if self.curriculum else {},
             local_groups=comp.local,
             external_groups=comp.external,
             external_peers=comp.external_peers,
             external_shortfall=comp.shortfall,
             external_by_peer=by_peer,
             completed_groups=completed,
+            completions_cut=trainer.completions_cut,
             published_bytes=published,
         )
         return self.exchange.with_figures(rec) if self.exchange else rec
+
+    def _tasks_side(self, trainer: Trainer, restored: int) -> None:
+        """The shared schedule and the curriculum: both follow the trainer's task mix."""
+        cfg = self.cfg
+        if cfg.tasks.curriculum.enabled:
+            self.curriculum = Curriculum(
+                cfg.tasks.curriculum, trainer.tasks, cfg.train.format_reward_weight
+            )
+            done = [r for r in read_rounds(self.data_dir / "metrics.jsonl") if r.round == restored]
+            if done:
+                self.curriculum.restore(done[-1].levels)
+        if self.transport is not None and cfg.sapo.shared_items:
+            self.schedule = SharedSchedule(
+                cfg.swarm.name, trainer.tasks, cfg.sapo.schedule_period_s
+            )
 
     async def _pace(self, started: float) -> None:
         """Wait out ``swarm.min_round_s`` (in short naps, so a stop is prompt)."""

@@ -32,7 +32,7 @@ from collections.abc import Callable
 from functools import lru_cache
 from typing import Any
 
-from swarmnode.config import TasksConfig
+from swarmnode.config import DatasetSpec, TasksConfig
 from swarmnode.groups import ItemRef
 
 MAX_SIZE = 10_000_000  # same bound as DatasetSpec.size
@@ -166,6 +166,19 @@ def build_messages(question: str, system_prompt: str | None = None) -> list[dict
     ]
 
 
+def level_configs(spec: DatasetSpec) -> list[dict[str, Any]]:
+    """Ref configs of a dataset's levels: ``config``, then each of ``levels`` over it.
+
+    >>> spec = DatasetSpec(name="chain_sum", size=10, config={"min_terms": 2},
+    ...                    levels=[{"min_terms": 3}])
+    >>> level_configs(spec)
+    [{'min_terms': 2, 'size': 10}, {'min_terms': 3, 'size': 10}]
+    """
+    return [ref_config(spec.config, spec.size)] + [
+        ref_config({**spec.config, **level}, spec.size) for level in spec.levels
+    ]
+
+
 class TaskMix:
     """The weighted dataset mix of one node (``TasksConfig``)."""
 
@@ -173,11 +186,25 @@ class TaskMix:
         self.seed = cfg.seed
         self.system_prompt = cfg.system_prompt
         self.datasets = [d.name for d in cfg.datasets]
-        self.configs = [ref_config(d.config, d.size) for d in cfg.datasets]
+        self.level_configs = [level_configs(d) for d in cfg.datasets]
+        self.levels = [0] * len(self.datasets)  # moved by curriculum.Curriculum
         self.weights = [d.weight for d in cfg.datasets]
         # Build each dataset now: a bad name or config fails at start, not mid-run.
-        for name, config in zip(self.datasets, self.configs, strict=True):
-            regenerate(ItemRef(name, config, self.seed, 0))
+        for name, configs in zip(self.datasets, self.level_configs, strict=True):
+            for config in configs:
+                regenerate(ItemRef(name, config, self.seed, 0))
+
+    @property
+    def configs(self) -> list[dict[str, Any]]:
+        """Each dataset's config at its current level."""
+        return [c[lvl] for c, lvl in zip(self.level_configs, self.levels, strict=True)]
+
+    def dataset_of(self, ref: ItemRef) -> int | None:
+        """Index of the dataset whose current-level config ``ref`` names, else None."""
+        for k, (name, config) in enumerate(zip(self.datasets, self.configs, strict=True)):
+            if ref.dataset == name and ref.config == config:
+                return k
+        return None
 
     def sample(self, round_index: int, n: int) -> list[ItemRef]:
         """``n`` item refs for a round; the same (seed, round_index, n) gives the same refs.
@@ -199,10 +226,11 @@ class TaskMix:
         return refs
 
     def knows(self, ref: ItemRef) -> bool:
-        """True when ``ref`` names an item of this mix (same dataset and config; any seed)."""
+        """True when ``ref`` names an item of this mix (same dataset, one of its levels'
+        configs; any seed)."""
         return any(
-            ref.dataset == name and ref.config == config
-            for name, config in zip(self.datasets, self.configs, strict=True)
+            ref.dataset == name and ref.config in configs
+            for name, configs in zip(self.datasets, self.level_configs, strict=True)
         )
 
     def regenerate(self, ref: ItemRef) -> dict[str, Any]:
@@ -232,21 +260,26 @@ class SharedSchedule:
     next unused items of the current bucket each round, so nodes that run rounds at
     a similar pace answer the same questions at about the same time, and their
     answers can complete each other's groups (see ``completion``). The datasets are
-    this node's own, in a canonical order and with equal weight, so nodes with the
-    same datasets (whatever their weights) agree on the schedule.
+    this node's own at their current curriculum level, in a canonical order and with
+    equal weight, so nodes with the same datasets and levels (whatever their
+    weights) agree on the schedule.
     """
 
     def __init__(
         self,
         swarm: str,
-        cfg: TasksConfig,
+        mix: TaskMix,
         period_s: float,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.swarm = swarm
         self.seed = schedule_seed(swarm)
-        pairs = [(d.name, ref_config(d.config, d.size)) for d in cfg.datasets]
-        self.pairs = sorted(pairs, key=lambda p: (p[0], json.dumps(p[1], sort_keys=True)))
+        self.mix = mix
+        # Canonical order by each dataset's level-0 config: the same on every node.
+        self.order = sorted(
+            range(len(mix.datasets)),
+            key=lambda k: (mix.datasets[k], json.dumps(mix.level_configs[k][0], sort_keys=True)),
+        )
         self.period_s = period_s
         self.clock = clock
         self._bucket: int | None = None
@@ -255,10 +288,14 @@ class SharedSchedule:
     def items(self, bucket: int, start: int, n: int) -> list[ItemRef]:
         """Items ``start .. start + n - 1`` of ``bucket`` (pure)."""
         rng = random.Random(f"swarmnode-schedule:{self.swarm}:{bucket}")
+        configs = self.mix.configs  # each dataset at this node's current level
         refs = []
         for _ in range(start + n):
-            name, config = self.pairs[rng.randrange(len(self.pairs))]
-            refs.append(ItemRef(name, config, self.seed, rng.randrange(config["size"])))
+            k = self.order[rng.randrange(len(self.order))]
+            config = configs[k]
+            refs.append(
+                ItemRef(self.mix.datasets[k], config, self.seed, rng.randrange(config["size"]))
+            )
         return refs[start:]
 
     def next(self, n: int) -> list[ItemRef]:

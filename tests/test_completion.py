@@ -9,7 +9,7 @@ from swarmnode.config import DatasetSpec, SapoConfig, TasksConfig
 from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.ingest import Catalog, IngestQueue
 from swarmnode.rewards import make_scorer
-from swarmnode.tasks import SharedSchedule, regenerate
+from swarmnode.tasks import SharedSchedule, TaskMix, regenerate
 from tests.helpers import CFG, SPEC, Clock
 
 OTHER = DatasetSpec(name="chain_sum", size=500, config={"min_terms": 2, "max_terms": 2})
@@ -26,9 +26,9 @@ def tasks(weights: tuple[float, float]) -> TasksConfig:
 
 def test_schedule_is_shared_within_a_swarm_and_bucket() -> None:
     clock = Clock()
-    a = SharedSchedule("lab", tasks((1.0, 1.0)), 30.0, clock=clock)
-    b = SharedSchedule("lab", tasks((9.0, 1.0)), 30.0, clock=clock)  # other weights
-    other = SharedSchedule("elsewhere", tasks((1.0, 1.0)), 30.0, clock=clock)
+    a = SharedSchedule("lab", TaskMix(tasks((1.0, 1.0))), 30.0, clock=clock)
+    b = SharedSchedule("lab", TaskMix(tasks((9.0, 1.0))), 30.0, clock=clock)  # other weights
+    other = SharedSchedule("elsewhere", TaskMix(tasks((1.0, 1.0))), 30.0, clock=clock)
     first = a.next(3)
     assert first == b.next(3) and len(set(first)) == 3
     assert other.next(3) != first

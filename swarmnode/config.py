@@ -173,6 +173,13 @@ class TrainConfig(_Section):
         "longest row; a longer single completion goes alone): bounds the update's memory "
         "whatever G peers send (null = no limit).",
     )
+    micro_batch_tokens: int | None = Field(
+        2048,
+        ge=1,
+        description="Most padded completion tokens per forward/backward pass (rows x "
+        "longest row; a longer single completion goes alone): bounds the update's memory "
+        "whatever G peers send (null = no limit).",
+    )
     format_reward_weight: float = Field(
         0.0, ge=0, le=1, description="Weight of the format reward added to the task reward."
     )

@@ -22,6 +22,10 @@ Invariants:
   advantages always count: raising a peer's good but, to us, unlikely token is the
   point of sharing. Masked tokens still count in the token-mean denominator.
 - KL, when enabled, uses the adapter-disabled model as reference (k3 estimator).
+- Memory is bounded by configuration, not by what peers send: a group is split into
+  micro-batches of at most ``micro_batch_size`` completions and ``micro_batch_tokens``
+  padded tokens (``micro_batches``); one completion longer than that goes alone, and
+  peers' completions are at most ``rollout.max_new_tokens`` long (``Trainer``).
 """
 
 from __future__ import annotations
@@ -122,6 +126,34 @@ def completion_logprobs(
     return logp, mask
 
 
+def micro_batches(
+    lengths: Sequence[int], max_rows: int | None, max_tokens: int | None
+) -> list[tuple[int, int]]:
+    """Consecutive ``(start, end)`` slices of a group's completions: each at most
+    ``max_rows`` rows and, padded to its longest row, at most ``max_tokens`` tokens
+    (a longer single row goes alone). None = no limit.
+
+    >>> micro_batches([4, 4, 4, 10, 1], None, 8)
+    [(0, 2), (2, 3), (3, 4), (4, 5)]
+    >>> micro_batches([4, 4, 4], 2, None)
+    [(0, 2), (2, 3)]
+    """
+    out: list[tuple[int, int]] = []
+    start, width = 0, 0
+    for i, n in enumerate(lengths):
+        rows, wide = i - start + 1, max(width, n)
+        if rows > 1 and (
+            (max_rows is not None and rows > max_rows)
+            or (max_tokens is not None and rows * wide > max_tokens)
+        ):
+            out.append((start, i))
+            start, wide = i, n
+        width = wide
+    if start < len(lengths):
+        out.append((start, len(lengths)))
+    return out
+
+
 def grpo_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -129,6 +161,7 @@ def grpo_step(
     cfg: TrainConfig,
     pad_id: int,
     micro_batch_size: int | None = None,
+    micro_batch_tokens: int | None = None,
     temperature: float = 1.0,
     should_stop: Callable[[], bool] = lambda: False,
 ) -> StepStats:
@@ -145,13 +178,13 @@ def grpo_step(
     loss_sum = kl_sum = clipped = 0.0
     log_floor = math.log(cfg.external_min_prob) if cfg.external_min_prob > 0 else -math.inf
     for group in useful:
-        step = micro_batch_size or len(group.completion_ids)
-        for start in range(0, len(group.completion_ids), step):
+        lengths = [len(c) for c in group.completion_ids]
+        for start, end in micro_batches(lengths, micro_batch_size, micro_batch_tokens):
             if should_stop():
                 optimizer.zero_grad(set_to_none=True)
                 raise InterruptedError("stop requested during the update")
-            comps = group.completion_ids[start : start + step]
-            adv = torch.tensor(group.advantages[start : start + step], device=_dev(model))
+            comps = group.completion_ids[start:end]
+            adv = torch.tensor(group.advantages[start:end], device=_dev(model))
             logp, mask = completion_logprobs(model, group.prompt_ids, comps, pad_id, temperature)
             ratio = torch.exp(logp - logp.detach())  # = 1; carries the gradient
             a = adv[:, None]

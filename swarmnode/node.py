@@ -242,6 +242,7 @@ class Node:
             external_by_peer=by_peer,
             completed_groups=completed,
             completions_cut=trainer.completions_cut,
+            completions_cut=trainer.completions_cut,
             published_bytes=published,
         )
         return self.exchange.with_figures(rec) if self.exchange else rec

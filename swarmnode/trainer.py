@@ -12,6 +12,11 @@ Invariants:
   ``format_reward_weight`` times the format reward.
 - Prompt token ids come from this node's own tokenizer and chat template, so
   groups from peers with other models train the same way as local ones.
+- A peer's completion costs at most what this node's own does: after re-tokenising
+  it is cut to ``rollout.max_new_tokens`` tokens (EOS included, as when sampling);
+  a cut one counts as unfinished (no EOS) and is counted in ``completions_cut``.
+  With ``train.micro_batch_tokens`` this bounds the update's memory whatever peers
+  send.
 - Sampling draws from ``self.generator`` (seeded with ``train.seed``), whose state
   is checkpointed, so a resumed node draws what an uninterrupted one would have.
 """
@@ -59,6 +64,7 @@ class Trainer:
         self.pad_id = int(tok.pad_token_id)
         self.eos_ids = sorted({int(tok.eos_token_id), *self._extra_eos()})
         self._prompt_cache: dict[str, list[int]] = {}
+        self.completions_cut = 0  # peers' completions cut to rollout.max_new_tokens
         self._score = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
         model_dtype = next(policy.model.parameters()).dtype
         self.sample_dtype = sampling_dtype(cfg.rollout.dtype, policy.device, model_dtype)
@@ -87,15 +93,20 @@ class Trainer:
         return ids
 
     def encode_completion(self, text: str, finished: bool = True) -> list[int]:
-        """A peer's completion text in this node's tokens, ending with EOS if it ended.
+        """A peer's completion text in this node's tokens, ending with EOS if it ended,
+        at most ``rollout.max_new_tokens`` tokens long (EOS included) like our own.
 
-        A completion cut at the sender's token cap gets no EOS: appending one would
-        teach "stop here" on text that never stopped (and, with a negative
+        A completion cut at the sender's token cap, or here, gets no EOS: appending
+        one would teach "stop here" on text that never stopped (and, with a negative
         advantage, "never stop" on the rest).
         """
+        cap = self.cfg.rollout.max_new_tokens
         ids = self.policy.tokenizer(text, add_special_tokens=False)["input_ids"]
-        ids = ids[: self.cfg.rollout.max_new_tokens * 4]
-        return [*ids, self.eos_ids[0]] if finished or not ids else ids
+        if not ids or (finished and len(ids) < cap):
+            return [*ids, self.eos_ids[0]]
+        if finished or len(ids) > cap:  # longer than we would have sampled: cut
+            self.completions_cut += 1
+        return list(ids[:cap])
 
     def _encode_group(self, group: RolloutGroup) -> list[list[int]]:
         finished = group.finished or [True] * len(group.completions)
@@ -188,6 +199,7 @@ class Trainer:
                 self.cfg.train,
                 self.pad_id,
                 micro_batch_size=self.cfg.train.micro_batch_size,
+                micro_batch_tokens=self.cfg.train.micro_batch_tokens,
                 temperature=self.cfg.rollout.temperature,
                 should_stop=should_stop,
             )

@@ -1,193 +1,342 @@
-"""Flood measurement: round time calm vs under a flood from 1 peer and from 5 Sybils.
+"""Flood measurement: a real node's round time calm vs flooded by 1 peer and by 5 Sybils.
 
-A victim ``GossipTransport`` runs fixed CPU-bound "rounds" (pure Python, which
-competes for the GIL with the libp2p thread exactly as generation glue does) while
-raw py-libp2p peers publish small validly signed, well-formed messages as fast as
-they can (payloads built with msgpack directly). An honest ``GossipTransport``
-publishes one message a second throughout. Every log record is counted in bytes.
+The victim is a ``swarmnode start`` process training a tiny model (tests/tiny.py) in
+a swarm, with ``--external`` peer groups per round. An honest peer (a
+``GossipTransport`` in this process) publishes one realistic batch of catalog items
+each time the victim finishes a round, as in scripts/bench_swarm.py. Flooders run in
+a separate process (``--flooder``): raw py-libp2p hosts, one identity each, that
+join the topic, wait until the victim is in their mesh, then publish validly signed
+small messages (payloads built with msgpack directly, never swarmnode's encoder) as
+fast as they can. A phase's rounds are counted only once the victim's own counters
+show the flood arriving; if it never does, the run is reported INVALID (exit 1).
 
-Last line: ratio_1peer ratio_5sybil honest_delivered/honest_sent log_bytes_per_min.
-This measures the network side only (no model); the round is a stand-in workload.
-Known flaw (docs/reliability.md): flooders are threads in this process and may publish
-before they are meshed; the figures are not valid until that is fixed.
+Per phase (calm, 1peer, 5sybil): median round time (interval between metrics
+records), honest groups accepted (the honest peer's ``accepted`` verdicts) and
+trained on (``external_by_peer``), flood messages sent vs counted by the victim
+(msgs_in, dropped.*, rejected.*), flooders graylisted, the victim's log growth per
+minute (its stderr, at the default log level) and the flooder's CPU seconds.
+Last line: ratio_1peer ratio_5sybil, honest accepted/trained in each flood phase,
+tokens trained, log bytes per minute. Goal: ratios <= 1.10.
 
-Run: python scripts/bench_flood.py [--seconds 20]
+    nice -n 10 .venv/bin/python scripts/bench_flood.py --rounds 12
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import logging
+import itertools
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
-import msgpack
-import trio
-from libp2p import new_host
-from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import GossipSub
-from libp2p.pubsub.pubsub import Pubsub
-from libp2p.tools.anyio_service import background_trio_service
-from multiaddr import Multiaddr
+import yaml
 
-from swarmnode.config import SwarmConfig
-from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
-from swarmnode.p2p.transport import GossipTransport
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from swarmnode.config import SwarmConfig, parse_config  # noqa: E402
+from swarmnode.control import ControlError, query_status  # noqa: E402
+from swarmnode.metrics import RoundRecord, read_rounds  # noqa: E402
+from swarmnode.p2p.gossip import topic_for  # noqa: E402
+from swarmnode.p2p.transport import GossipTransport  # noqa: E402
+from swarmnode.p2p.wire import encode_batch  # noqa: E402
+from swarmnode.tasks import TaskMix  # noqa: E402
+
+sys.path.insert(0, str(REPO / "scripts"))
+from bench_swarm import TASKS, node_cfg, peer_batch  # noqa: E402
 
 TOPIC = topic_for("default")
 
 
-class ByteCounter(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.bytes = 0
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.bytes += len(self.format(record)) + 1
+# ---- the flooder process -----------------------------------------------------------
 
 
-def cfg(**kw: Any) -> SwarmConfig:
-    return SwarmConfig(
-        enabled=True, listen=["/ip4/127.0.0.1/tcp/0"], mdns=False, dial_timeout_s=5.0, **kw
-    )
+def flood_payload(i: int) -> bytes:
+    import msgpack
+
+    group = {
+        "ref": {"dataset": "basic_arithmetic", "config": {}, "seed": 0, "index": i},
+        "question": "2+2?",
+        "completions": ["4", "5"],
+        "rewards": [1.0, 0.0],
+        "model": "",
+        "created": time.time(),
+        "finished": [True, True],
+    }
+    return bytes(msgpack.packb({"v": 2, "swarm": "default", "round": i, "groups": [group]}))
 
 
-def payload(i: int) -> bytes:
-    return bytes(
-        msgpack.packb(
-            {
-                "v": 2,
-                "swarm": "default",
-                "round": i,
-                "groups": [
-                    {
-                        "ref": {"dataset": "basic_arithmetic", "config": {}, "seed": 0, "index": i},
-                        "question": "2+2?",
-                        "completions": ["4", "5"],
-                        "rewards": [1.0, 0.0],
-                        "model": "",
-                        "created": time.time(),
-                        "finished": [True, True],
-                    }
-                ],
-            }
-        )
-    )
+def run_flooder(target: str, identities: int, seconds: float) -> None:
+    """Raw py-libp2p hosts: mesh with the victim, then publish as fast as they can.
+    Prints {"ready": [peer ids]} once every host has the victim in its mesh, and
+    {"sent": n, ...} at the end."""
+    import trio
+    from libp2p import new_host
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    from libp2p.pubsub.gossipsub import GossipSub
+    from libp2p.pubsub.pubsub import Pubsub
+    from libp2p.tools.anyio_service import background_trio_service
+    from multiaddr import Multiaddr
 
+    from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS
 
-def flooder(target: str, stop: threading.Event, sent: list[int]) -> None:
-    async def main() -> None:
-        host = new_host(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")])
+    info = info_from_p2p_addr(Multiaddr(target))
+    sent = [0] * identities
+    failed = [0] * identities
+    ready: list[str] = []
+
+    async def one(k: int, all_ready: trio.Event, stop_at: list[float]) -> None:
+        listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+        host = new_host(listen_addrs=listen)
         gs = GossipSub(list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1)
         ps = Pubsub(host, gs, strict_signing=True)
         async with (
-            host.run(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")]),
+            host.run(listen_addrs=listen),
             background_trio_service(ps),
             background_trio_service(gs),
         ):
             await ps.wait_until_ready()
             await ps.subscribe(TOPIC)
-            with trio.move_on_after(10):
-                await host.connect(info_from_p2p_addr(Multiaddr(target)))
+            with trio.fail_after(60):
+                await host.connect(info)
+                while info.peer_id not in gs.mesh.get(TOPIC, set()):
+                    await trio.sleep(0.2)
+            ready.append(host.get_id().to_base58())
+            if len(ready) == identities:
+                print(json.dumps({"ready": ready}), flush=True)
+                stop_at.append(time.monotonic() + seconds)
+                all_ready.set()
+            await all_ready.wait()
             i = 0
-            while not stop.is_set():
+            while time.monotonic() < stop_at[0]:
                 try:
-                    await ps.publish(TOPIC, payload(i))
-                    sent[0] += 1
-                except Exception:  # cut off by the victim: keep trying, as an attacker would
+                    await ps.publish(TOPIC, flood_payload(i))
+                    sent[k] += 1
+                except Exception:  # cut off by the victim: keep trying, as attackers do
+                    failed[k] += 1
                     await trio.sleep(0.01)
                 i += 1
                 if i % 20 == 0:
                     await trio.sleep(0)
 
-    trio.run(main)
+    async def main() -> None:
+        all_ready, stop_at = trio.Event(), []  # type: ignore[var-annotated]
+        async with trio.open_nursery() as nursery:
+            for k in range(identities):
+                nursery.start_soon(one, k, all_ready, stop_at)
+
+    try:
+        trio.run(main)
+    finally:
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        out: dict[str, float] = {"sent": sum(sent), "publish_failed": sum(failed)}
+        out["cpu_s"] = round(cpu.ru_utime + cpu.ru_stime, 1)
+        print(json.dumps(out), flush=True)
 
 
-def cpu_round(n: int = 300_000) -> float:
-    t0 = time.perf_counter()
-    x = 0
-    for i in range(n):
-        x += i * i % 7
-    return time.perf_counter() - t0
+# ---- the measuring side -------------------------------------------------------------
 
 
-async def phase(victim: GossipTransport, honest: GossipTransport, seconds: float) -> dict[str, Any]:
-    rounds: list[float] = []
-    sent = got = 0
-    end = time.monotonic() + seconds
-    next_pub = time.monotonic()
-    victim.inbox.drain()
-    while time.monotonic() < end:
-        if time.monotonic() >= next_pub:
-            await honest.publish(payload(10_000_000 + sent))
-            sent += 1
-            next_pub += 1.0
-        rounds.append(await asyncio.to_thread(cpu_round))
-        for r in victim.inbox.drain():
-            if r.peer_id == honest.peer_id:
-                got += 1
-        await asyncio.sleep(0)
-    await asyncio.sleep(2.0)  # late arrivals still count as delivered
-    got += sum(1 for r in victim.inbox.drain() if r.peer_id == honest.peer_id)
-    return {"round_s": sorted(rounds)[len(rounds) // 2], "honest_sent": sent, "honest_got": got}
-
-
-async def main_async(seconds: float) -> None:
-    counter = ByteCounter()
-    logging.getLogger().addHandler(counter)
-    logging.getLogger().setLevel(logging.INFO)
-    tmp = Path(tempfile.mkdtemp())
-    victim = GossipTransport(cfg(), tmp / "victim")
-    await victim.start()
-    addr = victim.info.listen_addrs[0]  # type: ignore[union-attr]
-    honest = GossipTransport(cfg(bootstrap=[addr]), tmp / "honest")
-    await honest.start()
-    deadline = time.monotonic() + 30
-    while victim.stats()["mesh_size"] < 1 and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    results: dict[str, Any] = {"calm": await phase(victim, honest, seconds)}
-    for name, n in (("1peer", 1), ("5sybil", 5)):
-        stop = threading.Event()
-        sent = [0]
-        threads = [
-            threading.Thread(target=flooder, args=(addr, stop, sent), daemon=True) for _ in range(n)
-        ]
-        for t in threads:
-            t.start()
-        log0, t0 = counter.bytes, time.monotonic()
-        res = await phase(victim, honest, seconds)
-        res["log_bytes_per_min"] = (counter.bytes - log0) * 60 / (time.monotonic() - t0)
-        res["flood_msgs"] = sent[0]
-        stop.set()
-        for t in threads:
-            t.join(15)
-        results[name] = res
-    st = victim.stats()
-    await honest.stop()
-    await victim.stop()
-    calm = results["calm"]["round_s"]
-    for name in ("1peer", "5sybil"):
-        results[name]["ratio"] = results[name]["round_s"] / calm
-    results["counters"] = {k: v for k, v in st["counters"].items() if "." in k}
-    results["graylisted"] = len(st["graylisted"])
-    for k, v in results.items():
-        print(k, v)
-    one, syb = results["1peer"], results["5sybil"]
-    print(
-        f"ratio_1peer {one['ratio']:.2f} ratio_5sybil {syb['ratio']:.2f} "
-        f"honest {one['honest_got'] + syb['honest_got']}/{one['honest_sent'] + syb['honest_sent']} "
-        f"log_bytes_per_min {max(one['log_bytes_per_min'], syb['log_bytes_per_min']):.0f}"
+def flood_counts(status: dict[str, Any]) -> int:
+    """Every inbound message the victim counted: delivered, dropped or rejected."""
+    c = status["swarm"]["counters"]
+    return c.get("msgs_in", 0) + sum(
+        v for k, v in c.items() if k.startswith(("dropped.", "rejected.")) and "groups" not in k
     )
+
+
+async def honest_peer(
+    addr: str, tmp: Path, node_data: Path, stop: asyncio.Event, q: int, g: int, ids: list[str]
+) -> None:
+    """Publishes one realistic batch each time the victim finishes a round."""
+    cfg = SwarmConfig(
+        enabled=True, listen=["/ip4/127.0.0.1/tcp/0"], bootstrap=[addr], discovery_interval_s=0.5
+    )
+    peer = GossipTransport(cfg, tmp / "honest")
+    mix = TaskMix(parse_config({"tasks": {**TASKS, "seed": 1000}}).tasks)
+    await peer.start()
+    ids.append(peer.peer_id)
+    rng, seen = random.Random(0), 0
+    try:
+        while not stop.is_set():
+            n = len(read_rounds(node_data / "metrics.jsonl"))
+            for r in range(seen + 1, n + 1):
+                await peer.publish(encode_batch("default", r, peer_batch(mix, r, q, g, 0, rng)))
+            seen = n
+            await asyncio.sleep(0.05)
+    finally:
+        await peer.stop()
+
+
+class Victim:
+    def __init__(self, proc: subprocess.Popen[bytes], data: Path, log: Path) -> None:
+        self.proc, self.data, self.log = proc, data, log
+
+    def rounds(self) -> list[RoundRecord]:
+        if self.proc.poll() is not None:
+            raise SystemExit(f"victim exited: {self.log.read_text()[-3000:]}")
+        return read_rounds(self.data / "metrics.jsonl")
+
+    def status(self) -> dict[str, Any]:
+        return query_status(self.data, timeout=10.0)
+
+    async def wait_rounds(self, n: int, timeout: float) -> list[RoundRecord]:
+        deadline = time.monotonic() + timeout
+        while len(recs := self.rounds()) < n:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"victim: fewer than {n} rounds in {timeout:.0f}s")
+            await asyncio.sleep(0.2)
+        return recs
+
+
+async def phase(
+    victim: Victim, name: str, identities: int, rounds: int, addr: str, honest: str
+) -> dict[str, Any]:
+    flooder = None
+    if identities:
+        flooder = subprocess.Popen(
+            [sys.executable, __file__, "--flooder", addr, "--identities", str(identities)],
+            cwd=REPO,
+            env={**os.environ, "PYTHONPATH": str(REPO)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        assert flooder.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 120)
+        flood_ids = json.loads(line)["ready"]  # meshed with the victim
+        before = flood_counts(victim.status())
+        deadline = time.monotonic() + 60
+        while flood_counts(victim.status()) - before < 100:  # the flood shows at the victim
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{name}: INVALID: the flood never reached the victim")
+            await asyncio.sleep(0.5)
+    st0, log0, t0 = victim.status(), victim.log.stat().st_size, time.monotonic()
+    start = len(victim.rounds()) + 1  # the first whole round under these conditions
+    recs = (await victim.wait_rounds(start + rounds, 60 + 30 * rounds))[start - 1 : start + rounds]
+    st1, log1, t1 = victim.status(), victim.log.stat().st_size, time.monotonic()
+    out: dict[str, Any] = {}
+    if flooder is not None:
+        flooder.send_signal(signal.SIGINT)  # trio: KeyboardInterrupt, then the figures
+        tail = await asyncio.to_thread(flooder.communicate, timeout=30)
+        out.update(json.loads(tail[0].decode().strip().splitlines()[-1]))
+        scores = st1["swarm"].get("peer_scores", {})
+        out["flooders_graylisted"] = sum(
+            1 for p in flood_ids if p in st1["swarm"].get("graylisted", [])
+        )
+        out["flooder_scores"] = [scores.get(p, {}).get("score") for p in flood_ids]
+    times = [b.time - a.time for a, b in itertools.pairwise(recs)]
+
+    def verdicts(st: dict[str, Any]) -> dict[str, int]:
+        return dict(st["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {}))
+
+    out.update(
+        round_s=round(statistics.median(times), 3),
+        rounds=len(times),
+        counted_in=flood_counts(st1) - flood_counts(st0),
+        honest_accepted=verdicts(st1).get("accepted", 0) - verdicts(st0).get("accepted", 0),
+        honest_trained=sum(r.external_by_peer.get(honest, 0) for r in recs[1:]),
+        groups_trained=sum(r.groups_trained for r in recs[1:]),
+        tokens_trained=sum(r.tokens_trained for r in recs[1:]),
+        ingest_time_share=recs[-1].ingest_time_share,
+        log_bytes_per_min=round((log1 - log0) * 60 / (t1 - t0)),
+        counters={
+            k: v - st0["swarm"]["counters"].get(k, 0)
+            for k, v in st1["swarm"]["counters"].items()
+            if k.startswith(("dropped.", "rejected.", "inbox_dropped", "peers_graylisted"))
+            and v != st0["swarm"]["counters"].get(k, 0)
+        },
+    )
+    print(name, json.dumps(out), flush=True)
+    return out
+
+
+async def amain(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
+    from tests.tiny import make_tiny_model
+
+    model = str(make_tiny_model(tmp / "tiny", "llama"))
+    cfg = node_cfg(model, tmp / "victim", True, args.external, args.questions, 8, 48)
+    (tmp / "victim.yaml").write_text(yaml.safe_dump(cfg))
+    log = tmp / "victim.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(tmp / "victim.yaml")],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    victim = Victim(proc, tmp / "victim", log)
+    stop, ids = asyncio.Event(), []  # type: ignore[var-annotated]
+    honest_task = None
+    try:
+        addr = None
+        while addr is None:
+            victim.rounds()
+            try:
+                addr = victim.status()["swarm"]["listen_addrs"][0]
+            except (ControlError, IndexError, KeyError, TypeError):
+                await asyncio.sleep(0.5)
+        honest_task = asyncio.create_task(
+            honest_peer(addr, tmp, tmp / "victim", stop, args.questions, 8, ids)
+        )
+        await victim.wait_rounds(args.warmup, 600)
+        while not ids:
+            await asyncio.sleep(0.1)
+        res = {
+            name: await phase(victim, name, n, args.rounds, addr, ids[0])
+            for name, n in (("calm", 0), ("1peer", 1), ("5sybil", 5))
+        }
+    finally:
+        stop.set()
+        if honest_task is not None:
+            await asyncio.wait_for(honest_task, 30)
+        proc.terminate()
+        proc.wait(timeout=60)
+    calm = res["calm"]["round_s"]
+    one, syb = res["1peer"], res["5sybil"]
+    print(
+        f"ratio_1peer {one['round_s'] / calm:.2f} ratio_5sybil {syb['round_s'] / calm:.2f}"
+        f" calm_round_s {calm:.3f}"
+        f" honest_accepted_1peer {one['honest_accepted']} trained {one['honest_trained']}"
+        f" honest_accepted_5sybil {syb['honest_accepted']} trained {syb['honest_trained']}"
+        f" honest_calm {res['calm']['honest_accepted']}/{res['calm']['honest_trained']}"
+        f" groups_trained_flood {one['groups_trained'] + syb['groups_trained']}"
+        f" tokens_trained_flood {one['tokens_trained'] + syb['tokens_trained']}"
+        f" flood_sent {one['sent']}/{syb['sent']} counted {one['counted_in']}/{syb['counted_in']}"
+        f" graylisted {one['flooders_graylisted']}/1 {syb['flooders_graylisted']}/5"
+        f" log_bytes_per_min {max(one['log_bytes_per_min'], syb['log_bytes_per_min'])}"
+    )
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=20.0)
-    asyncio.run(main_async(ap.parse_args().seconds))
+    ap.add_argument("--rounds", type=int, default=12, help="rounds measured per phase")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--questions", type=int, default=2)
+    ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
+    ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
+    ap.add_argument("--flooder", metavar="ADDR", help=argparse.SUPPRESS)
+    ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--seconds", type=float, default=3600, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.flooder:
+        run_flooder(args.flooder, args.identities, args.seconds)
+        return
+    sys.exit(asyncio.run(amain(args)))
 
 
 if __name__ == "__main__":

@@ -58,9 +58,9 @@ class RoundRecord:
     external_by_peer: dict[str, int] = field(default_factory=dict)  # peer -> groups trained on
     completed_groups: int = 0  # no-signal local groups completed with peers' answers
     completions_cut: int = 0  # peers' completions cut to rollout.max_new_tokens (total)
-    completions_cut: int = 0  # peers' completions cut to rollout.max_new_tokens (total)
     local_signal: int = 0  # this round's own groups with signal (before completion)
     levels: dict[str, int] = field(default_factory=dict)  # curriculum: "k:dataset" -> level
+    collapsed: list[str] = field(default_factory=list)  # datasets answered by one constant
     # The network side, after the round (zeros for a node training alone).
     published_bytes: int = 0
     queue_groups: int = 0

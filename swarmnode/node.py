@@ -45,6 +45,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from swarmnode.checkpoint import Checkpointer
+from swarmnode.collapse import CollapseWatch
 from swarmnode.completion import AnswerBook, GroupCompleter
 from swarmnode.config import Config, dump_config
 from swarmnode.control import ControlServer
@@ -98,6 +99,7 @@ class Node:
         self.schedule: SharedSchedule | None = None  # the swarm's shared items
         self.completer: GroupCompleter | None = None  # made once the tokenizer is loaded
         self.curriculum: Curriculum | None = None  # made once the task mix exists
+        self.collapse: CollapseWatch | None = None  # own answers per dataset, bounded
         queue: IngestQueue | None = None
         if self.transport is not None:
             scorer = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
@@ -212,6 +214,8 @@ class Node:
         step = await self._work(trainer.update, comp.groups, self.stop.is_set)
         if self.curriculum is not None:  # levels for the next round
             self.curriculum.observe(groups)
+        if self.collapse is not None:
+            self.collapse.observe(groups)
         by_peer = comp.by_peer()
         self.trained_from.update(by_peer)
         reward_mean, accuracy, format_reward = reward_summary(
@@ -235,13 +239,13 @@ class Node:
             clip_fraction=round(step.clip_fraction, 6),
             local_signal=sum(g.has_signal for g in groups),
             levels=self.curriculum.levels() if self.curriculum else {},
+            collapsed=self.collapse.collapsed() if self.collapse else [],
             local_groups=comp.local,
             external_groups=comp.external,
             external_peers=comp.external_peers,
             external_shortfall=comp.shortfall,
             external_by_peer=by_peer,
             completed_groups=completed,
-            completions_cut=trainer.completions_cut,
             completions_cut=trainer.completions_cut,
             published_bytes=published,
         )
@@ -250,6 +254,7 @@ class Node:
     def _tasks_side(self, trainer: Trainer, restored: int) -> None:
         """The shared schedule and the curriculum: both follow the trainer's task mix."""
         cfg = self.cfg
+        self.collapse = CollapseWatch(trainer.tasks.regenerate)
         if cfg.tasks.curriculum.enabled:
             self.curriculum = Curriculum(
                 cfg.tasks.curriculum, trainer.tasks, cfg.train.format_reward_weight

@@ -51,12 +51,14 @@ from swarmnode.metrics import RoundRecord, read_rounds  # noqa: E402
 from swarmnode.p2p.gossip import topic_for  # noqa: E402
 from swarmnode.p2p.transport import GossipTransport  # noqa: E402
 from swarmnode.p2p.wire import encode_batch  # noqa: E402
+from swarmnode.rewards import make_scorer  # noqa: E402
 from swarmnode.tasks import TaskMix  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_swarm import TASKS, node_cfg, peer_batch  # noqa: E402
 
 TOPIC = topic_for("default")
+FLOODERS: list[subprocess.Popen[bytes]] = []  # killed on the way out, whatever happens
 
 
 # ---- the flooder process -----------------------------------------------------------
@@ -165,6 +167,7 @@ async def honest_peer(
     )
     peer = GossipTransport(cfg, tmp / "honest")
     mix = TaskMix(parse_config({"tasks": {**TASKS, "seed": 1000}}).tasks)
+    score = make_scorer(0.0)  # honest: the rewards it claims are the ones the victim finds
     await peer.start()
     ids.append(peer.peer_id)
     rng, seen = random.Random(0), 0
@@ -172,7 +175,10 @@ async def honest_peer(
         while not stop.is_set():
             n = len(read_rounds(node_data / "metrics.jsonl"))
             for r in range(seen + 1, n + 1):
-                await peer.publish(encode_batch("default", r, peer_batch(mix, r, q, g, 0, rng)))
+                groups = peer_batch(mix, r, q, g, 0, rng)
+                for grp in groups:
+                    grp.rewards = score(grp.completions, mix.regenerate(grp.ref))[0]
+                await peer.publish(encode_batch("default", r, groups))
             seen = n
             await asyncio.sleep(0.05)
     finally:
@@ -203,7 +209,7 @@ class Victim:
 async def phase(
     victim: Victim, name: str, identities: int, rounds: int, addr: str, honest: str
 ) -> dict[str, Any]:
-    flooder = None
+    flooder, before = None, flood_counts(victim.status())
     if identities:
         flooder = subprocess.Popen(
             [sys.executable, __file__, "--flooder", addr, "--identities", str(identities)],
@@ -212,10 +218,10 @@ async def phase(
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
+        FLOODERS.append(flooder)
         assert flooder.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 120)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim
-        before = flood_counts(victim.status())
         deadline = time.monotonic() + 60
         while flood_counts(victim.status()) - before < 100:  # the flood shows at the victim
             if time.monotonic() > deadline:
@@ -298,6 +304,9 @@ async def amain(args: argparse.Namespace) -> int:
             for name, n in (("calm", 0), ("1peer", 1), ("5sybil", 5))
         }
     finally:
+        for child in FLOODERS:
+            if child.poll() is None:
+                child.kill()
         stop.set()
         if honest_task is not None:
             await asyncio.wait_for(honest_task, 30)

@@ -233,8 +233,8 @@ def main() -> int:
         lr_scheduler_type="constant",
         weight_decay=t.weight_decay,
         max_grad_norm=t.max_grad_norm,
-        epsilon=t.clip_low,
-        epsilon_high=t.clip_high,
+        epsilon=0.2,  # TRL's clip (inert on policy, as ours would be: we have none)
+        epsilon_high=0.28,
         loss_type="dapo",  # token-level mean, as swarmnode's loss
         scale_rewards="group",
         max_steps=steps,

@@ -154,8 +154,6 @@ class RolloutConfig(_Section):
 class TrainConfig(_Section):
     learning_rate: float = Field(2e-4, gt=0, le=1, description="AdamW learning rate.")
     weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
-    clip_low: float = Field(0.2, gt=0, lt=1, description="PPO clip epsilon below 1.")
-    clip_high: float = Field(0.28, gt=0, description="PPO clip epsilon above 1 (clip-higher).")
     kl_coef: float = Field(
         0.0, ge=0, description="KL penalty to the frozen base (0 = none, as in SAPO)."
     )
@@ -165,13 +163,6 @@ class TrainConfig(_Section):
         ge=1,
         description="Completions per forward/backward pass (null = a whole group; "
         "lower = less memory).",
-    )
-    micro_batch_tokens: int | None = Field(
-        2048,
-        ge=1,
-        description="Most padded completion tokens per forward/backward pass (rows x "
-        "longest row; a longer single completion goes alone): bounds the update's memory "
-        "whatever G peers send (null = no limit).",
     )
     micro_batch_tokens: int | None = Field(
         2048,
@@ -191,14 +182,6 @@ class TrainConfig(_Section):
         "than this probability get no gradient (0 = train on all).",
     )
     seed: int = Field(0, ge=0, description="Seed for sampling and initialisation.")
-
-    @model_validator(mode="after")
-    def _clip(self) -> TrainConfig:
-        if self.clip_high < self.clip_low:
-            raise ValueError(
-                "clip_high: must be >= clip_low (asymmetric clipping widens the upper side)"
-            )
-        return self
 
 
 class CheckpointConfig(_Section):

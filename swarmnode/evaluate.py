@@ -37,10 +37,9 @@ from swarmnode.generate import inference_weights, sample
 from swarmnode.groups import ItemRef
 from swarmnode.model import load_policy
 from swarmnode.rewards import accuracy_reward, extract_answer
-from swarmnode.tasks import TaskMix, ref_config
+from swarmnode.tasks import HELDOUT_SEED, TaskMix, ref_config
 from swarmnode.trainer import Trainer
 
-HELDOUT_SEED = 2**31 + 7919
 COLLAPSE_SHARE = 0.8  # one answer for this share of a dataset's items = collapsed
 
 

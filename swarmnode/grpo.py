@@ -1,7 +1,7 @@
 """The GRPO policy update: one step over a list of rollout groups, whatever their origin.
 
 Read top to bottom: advantages per group, then per group one forward of the prompt
-(its KV cache shared by the G completions), the clipped surrogate on completion
+(its KV cache shared by the G completions), the policy-gradient loss on completion
 tokens, optional KL to the frozen base, backward; one optimizer step at the end.
 
 Invariants:
@@ -11,10 +11,10 @@ Invariants:
 - The loss is a token-level mean over every completion token in the step, so long
   and short completions weigh per token (DAPO-style), and the result does not
   depend on how groups are split into micro-batches.
-- On-policy: one step per batch of fresh samples, so the "old" log-probabilities are
-  the current ones detached (ratio = 1, gradient = policy gradient). So the clip
-  never engages (``clip_fraction`` is 0 by construction), also for groups sampled by
-  peers' policies: they are trained as if sampled here, without importance weights.
+- On-policy: one step per batch of fresh samples, so the PPO ratio would be 1 and its
+  clip could never engage: there is none (no clip_low/clip_high). The loss is
+  -A * log p per token. Peers' groups are trained as if sampled here, without
+  importance weights (as in the SAPO paper).
 - Peers' completions are off-policy. Their tokens with a negative advantage that
   this policy gives less than ``external_min_prob`` get no gradient: pushing down
   what this node would not sample anyway teaches nothing and spreads probability
@@ -56,7 +56,6 @@ class TokenizedGroup:
 class StepStats:
     loss: float = 0.0
     kl: float = 0.0
-    clip_fraction: float = 0.0
     grad_norm: float = 0.0
     groups_trained: int = 0
     groups_skipped: int = 0
@@ -175,7 +174,7 @@ def grpo_step(
     reference = getattr(model, "disable_adapter", None) if cfg.kl_coef > 0 else None
     optimizer.zero_grad(set_to_none=True)
     model.train()
-    loss_sum = kl_sum = clipped = 0.0
+    loss_sum = kl_sum = 0.0
     log_floor = math.log(cfg.external_min_prob) if cfg.external_min_prob > 0 else -math.inf
     for group in useful:
         lengths = [len(c) for c in group.completion_ids]
@@ -186,10 +185,8 @@ def grpo_step(
             comps = group.completion_ids[start:end]
             adv = torch.tensor(group.advantages[start:end], device=_dev(model))
             logp, mask = completion_logprobs(model, group.prompt_ids, comps, pad_id, temperature)
-            ratio = torch.exp(logp - logp.detach())  # = 1; carries the gradient
             a = adv[:, None]
-            surrogate = torch.min(ratio * a, ratio.clamp(1 - cfg.clip_low, 1 + cfg.clip_high) * a)
-            per_token = -surrogate
+            per_token = -a * logp  # the policy gradient: we are on policy, no ratio
             if reference is not None:  # the frozen base = the adapter switched off
                 with torch.no_grad(), reference():
                     ref_logp, _ = completion_logprobs(
@@ -207,14 +204,12 @@ def grpo_step(
             loss = (per_token * m).sum() / total_tokens
             loss.backward()
             loss_sum += float(loss.detach())
-            clipped += float((((ratio - 1).abs() > cfg.clip_low).to(m.dtype) * m).sum())
     params = [p for p in model.parameters() if p.requires_grad]
     stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
     optimizer.step()
     optimizer.zero_grad(set_to_none=True)
     stats.loss = loss_sum
     stats.kl = kl_sum / total_tokens
-    stats.clip_fraction = clipped / total_tokens
     stats.groups_trained = len(useful)
     stats.tokens_trained = total_tokens
     return stats

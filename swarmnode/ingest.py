@@ -17,7 +17,7 @@ Invariants:
   ``sapo.extra_catalog``) is ever regenerated: no peer can make us build a huge or
   slow dataset. Configs are compared as values (a peer's 1 equals our 1.0), and a
   kept group carries our own config.
-- Held-out items (seed >= ``evaluate.HELDOUT_SEED``) are refused ("heldout"): no
+- Held-out items (seed >= ``tasks.HELDOUT_SEED``) are refused ("heldout"): no
   node trains on what ``swarmnode eval`` scores, whatever its peers send.
 - Groups with no signal after re-scoring (all rewards equal) are not kept: they
   would be filtered before training anyway (the paper's zero-advantage filter).
@@ -38,10 +38,9 @@ from typing import Any
 
 from swarmnode.completion import AnswerBook
 from swarmnode.config import DatasetSpec, SapoConfig
-from swarmnode.evaluate import HELDOUT_SEED
 from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.rewards import Scorer
-from swarmnode.tasks import TaskError, level_configs, regenerate
+from swarmnode.tasks import HELDOUT_SEED, TaskError, level_configs, regenerate
 
 REASONS = (
     "heldout",

@@ -49,7 +49,6 @@ class RoundRecord:
     loss: float = 0.0
     kl: float = 0.0
     grad_norm: float = 0.0
-    clip_fraction: float = 0.0
     # The batch's composition (SwarmSampler).
     local_groups: int = 0
     external_groups: int = 0

@@ -236,7 +236,6 @@ class Node:
             loss=round(step.loss, 6),
             kl=round(step.kl, 6),
             grad_norm=round(step.grad_norm, 6),
-            clip_fraction=round(step.clip_fraction, 6),
             local_signal=sum(g.has_signal for g in groups),
             levels=self.curriculum.levels() if self.curriculum else {},
             collapsed=self.collapse.collapsed() if self.collapse else [],

@@ -35,6 +35,9 @@ from typing import Any
 from swarmnode.config import DatasetSpec, TasksConfig
 from swarmnode.groups import ItemRef
 
+# Held-out items (evaluate.py) use this seed; training seeds are below 2**31 and
+# ingestion refuses peers' groups at or above it.
+HELDOUT_SEED = 2**31 + 7919
 MAX_SIZE = 10_000_000  # same bound as DatasetSpec.size
 MAX_SEED = 2**32  # reasoning-gym seeds are 32-bit in practice
 MAX_CONFIG_CHARS = 4096  # a ref's config as JSON; anything longer is refused

@@ -54,7 +54,7 @@ def test_start_three_rounds(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert all(r.keys() >= KEYS for r in records)
     assert proc.stdout.count("round ") == 3  # one progress line per round
     resolved = yaml.safe_load((data / "config.resolved.yaml").read_text())
-    assert resolved["node"]["data_dir"] == str(data) and resolved["train"]["clip_high"] == 0.28
+    assert resolved["node"]["data_dir"] == str(data) and resolved["train"]["max_grad_norm"] == 1.0
     assert not (tmp_path / "x").exists()
 
 

@@ -22,9 +22,9 @@ BAD = [
     ("bad enum", "model:\n  device: tpu\n", "model.device:"),
     ("empty mix", "tasks:\n  datasets: []\n", "tasks.datasets:"),
     (
-        "impossible clip",
-        "train:\n  clip_low: 0.3\n  clip_high: 0.2\n",
-        "train.clip_high: must be >= clip_low",
+        "curriculum that would flap",
+        "tasks:\n  curriculum:\n    promote_at: 0.3\n    demote_at: 0.5\n",
+        "tasks.curriculum.demote_at: must be below promote_at",
     ),
     (
         "kl without lora",
@@ -75,5 +75,5 @@ def test_defaults_and_overrides(tmp_path: Path) -> None:
     path.write_text("rollout:\n  temperature: 0.7\n")
     cfg = load_config(path, {"node.max_rounds": 3, "node.data_dir": "/x"})
     assert cfg.rollout.temperature == 0.7 and cfg.node.max_rounds == 3
-    assert cfg.node.data_dir == "/x" and cfg.train.clip_high == 0.28
+    assert cfg.node.data_dir == "/x" and cfg.train.max_grad_norm == 1.0
     assert parse_config({}).model.lora.enabled

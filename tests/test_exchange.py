@@ -12,13 +12,13 @@ import msgpack
 import pytest
 
 from swarmnode.config import Config, parse_config
-from swarmnode.evaluate import HELDOUT_SEED
 from swarmnode.exchange import RolloutExchange, SwarmError, encode_round
 from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.ingest import Catalog, IngestQueue
 from swarmnode.memory_transport import MemoryNetwork, MemoryTransport
 from swarmnode.metrics import RoundRecord
 from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, decode_batch, encode_batch
+from swarmnode.tasks import HELDOUT_SEED
 from tests.helpers import SPEC, make_group, score, wait_for
 
 

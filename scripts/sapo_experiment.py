@@ -53,6 +53,7 @@ from typing import Any
 
 import yaml
 from localswarm import REPO, bootstrap_addr, free_port, start_node, swarm_section
+from plotting import new_figure, save_figure
 from sapo_stats import mean_band, paired_diff
 
 sys.path.insert(0, str(REPO))
@@ -266,12 +267,7 @@ def moving(xs: list[float], window: int) -> list[float]:
 
 
 def plot(rows: list[dict[str, Any]], names: list[str], out: Path, window: int) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 2, figsize=(13, 4.5))
+    fig, axes = new_figure(ncols=2, size=(13.0, 4.5))
     for name in names:
         per_node: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
         for r in rows:
@@ -291,11 +287,7 @@ def plot(rows: list[dict[str, Any]], names: list[str], out: Path, window: int) -
     axes[1].set_xlabel("wall-clock seconds since the run started (mean over nodes)")
     for ax in axes:
         ax.set_ylabel(f"training reward ({window}-round moving average)")
-        ax.grid(alpha=0.3)
-        ax.legend()
-    fig.suptitle("mean over nodes and seeds, 95% band")
-    fig.tight_layout()
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out, title="mean over nodes and seeds, 95% band", dpi=110)
 
 
 def summarise(

@@ -12,12 +12,23 @@ nothing; ``collapsed()`` is what ``RoundRecord.collapsed`` carries each round.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from swarmnode.groups import ItemRef, RolloutGroup
 from swarmnode.rewards import extract_answer
+
+
+def label(ref: ItemRef) -> str:
+    """A dataset and config, short: the name and a digest of the config.
+
+    >>> label(ItemRef("count_bits", {"size": 3}, 0, 1))
+    'count_bits:7e30e6'
+    """
+    digest = hashlib.blake2b(ref.config_key.encode(), digest_size=3).hexdigest()
+    return f"{ref.dataset}:{digest}"
 
 
 class CollapseWatch:
@@ -38,8 +49,9 @@ class CollapseWatch:
             if not g.is_local:
                 continue
             truth = str(self.regenerate(g.ref).get("answer"))
-            answers = self._answers.setdefault(g.ref.dataset, deque(maxlen=self.window))
-            truths = self._truths.setdefault(g.ref.dataset, deque(maxlen=self.window))
+            name = label(g.ref)
+            answers = self._answers.setdefault(name, deque(maxlen=self.window))
+            truths = self._truths.setdefault(name, deque(maxlen=self.window))
             for text in g.completions:
                 answers.append(extract_answer(text))
                 truths.append(truth)
@@ -53,8 +65,8 @@ class CollapseWatch:
         >>> refs = [ItemRef("count_bits", {"size": 3}, 0, i) for i in range(3)]
         >>> watch.observe([RolloutGroup(r, "q", ["<answer>1</answer>"] * 4, [0.0] * 4)
         ...                for r in refs])
-        >>> watch.collapsed()
-        ['count_bits']
+        >>> watch.collapsed() == [label(refs[0])]
+        True
         """
         out = []
         for name, answers in self._answers.items():

@@ -36,6 +36,7 @@ from swarmnode.config import Config
 from swarmnode.generate import inference_weights, sample
 from swarmnode.groups import ItemRef
 from swarmnode.model import load_policy
+from swarmnode.progress import progress
 from swarmnode.rewards import accuracy_reward, extract_answer
 from swarmnode.tasks import HELDOUT_SEED, TaskMix, ref_config
 from swarmnode.trainer import Trainer
@@ -50,6 +51,17 @@ def heldout_refs(cfg: Config, n: int) -> list[ItemRef]:
         config = ref_config(spec.config, spec.size)
         refs += [ItemRef(spec.name, config, HELDOUT_SEED, i) for i in range(min(n, spec.size))]
     return refs
+
+
+def dataset_label(cfg: Config, ref: ItemRef) -> str:
+    """The dataset's name, with ``#k`` (its place in the mix) when several specs share it."""
+    names = [d.name for d in cfg.tasks.datasets]
+    if names.count(ref.dataset) < 2:
+        return ref.dataset
+    for k, spec in enumerate(cfg.tasks.datasets):
+        if spec.name == ref.dataset and ref_config(spec.config, spec.size) == ref.config:
+            return f"{ref.dataset}#{k}"
+    return ref.dataset
 
 
 def wilson(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -89,11 +101,16 @@ def evaluate(cfg: Config, n: int = 50, batch: int = 16, base: bool = False) -> d
         round_index = restored or 0
     refs = heldout_refs(cfg, n)
     entries = [trainer.tasks.regenerate(r) for r in refs]
+    labels = {r: dataset_label(cfg, r) for r in refs}
     scores: dict[str, list[float]] = {}
     answers: dict[str, list[str | None]] = {}
     model = trainer.policy.model
     model.eval()
-    with inference_weights(model, trainer.sample_dtype), torch.inference_mode():
+    with (
+        inference_weights(model, trainer.sample_dtype),
+        torch.inference_mode(),
+        progress("evaluating", len(refs), "items") as step,
+    ):
         for start in range(0, len(refs), batch):
             chunk = entries[start : start + batch]
             prompts = [trainer.prompt_ids(e["question"]) for e in chunk]
@@ -108,11 +125,12 @@ def evaluate(cfg: Config, n: int = 50, batch: int = 16, base: bool = False) -> d
             )
             for ref, entry, ids in zip(refs[start:], chunk, out.token_ids, strict=False):
                 text = str(trainer.policy.tokenizer.decode(ids, skip_special_tokens=True))
-                scores.setdefault(ref.dataset, []).append(accuracy_reward(text, entry))
-                answers.setdefault(ref.dataset, []).append(extract_answer(text))
+                scores.setdefault(labels[ref], []).append(accuracy_reward(text, entry))
+                answers.setdefault(labels[ref], []).append(extract_answer(text))
+            step(len(chunk))
     truths: dict[str, set[str]] = {}
     for ref, entry in zip(refs, entries, strict=True):
-        truths.setdefault(ref.dataset, set()).add(str(entry["answer"]))
+        truths.setdefault(labels[ref], set()).add(str(entry["answer"]))
     every = [x for v in scores.values() for x in v]
     correct = sum(x >= 1.0 for x in every)
     seen = training_questions(cfg, round_index or cfg.node.max_rounds or 0)

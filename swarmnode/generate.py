@@ -37,7 +37,9 @@ class Samples:
 
     token_ids: list[list[int]]
     # Log-probability of each sampled token under the sampling temperature (logits /
-    # temperature, before top-p truncation; plain log-softmax when greedy).
+    # temperature, before top-p truncation; plain log-softmax when greedy). Kept on
+    # purpose: tests/test_generate.py reads it to prove that training scores exactly
+    # the distribution sampling drew from, and an importance weight would need it.
     logprobs: list[list[float]]
 
 

@@ -108,6 +108,7 @@ def eval_(
     """Score the node's newest checkpoint on held-out items (seeds no node trains on)."""
     cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)})
     _logging("warning")
+    logging.getLogger("swarmnode.progress").setLevel(logging.INFO)  # lines where no TTY
     from swarmnode.errors import SwarmnodeError
     from swarmnode.evaluate import evaluate
 

@@ -29,6 +29,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from swarmnode.config import EMBEDDED_MODEL, ModelConfig
 from swarmnode.errors import SwarmnodeError
+from swarmnode.progress import progress
 
 log = logging.getLogger(__name__)
 
@@ -114,27 +115,32 @@ def dequantized_copy(gguf: Path, cache_dir: Path) -> Path:
         return target
     cache_dir.mkdir(parents=True, exist_ok=True)
     log.info("dequantizing %s into %s (once)", gguf.name, target)
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    quantized = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, dtype=torch.float32
-    )
-    config = quantized.config
-    if hasattr(config, "quantization_config"):
-        delattr(config, "quantization_config")
-    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
-    plain.load_state_dict(quantized.state_dict(), strict=True)
-    plain.tie_weights()
-    tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
-    try:
-        plain.save_pretrained(tmp)
-        tok.save_pretrained(tmp)
+    with progress(f"dequantizing {gguf.name}", 3, "steps") as step:
+        step(0, "reading the GGUF file")
+        tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        quantized = AutoModelForCausalLM.from_pretrained(
+            gguf.parent, gguf_file=gguf.name, dtype=torch.float32
+        )
+        step(1, "copying the weights")
+        config = quantized.config
+        if hasattr(config, "quantization_config"):
+            delattr(config, "quantization_config")
+        plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+        plain.load_state_dict(quantized.state_dict(), strict=True)
+        plain.tie_weights()
+        step(1, "writing the plain copy")
+        tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=cache_dir))
         try:
-            tmp.rename(target)
-        except OSError:  # another process finished first: theirs is as good as ours
-            if not (target / "config.json").is_file():
-                raise
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+            plain.save_pretrained(tmp)
+            tok.save_pretrained(tmp)
+            try:
+                tmp.rename(target)
+            except OSError:  # another process finished first: theirs is as good as ours
+                if not (target / "config.json").is_file():
+                    raise
+            step(1)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

@@ -24,6 +24,8 @@ from typing import Any
 
 from swarmnode.config import Config
 from swarmnode.control import ControlServer
+from swarmnode.monitor import MonitorServer, start_monitor
+from swarmnode.monitor_view import bootstrap_view
 from swarmnode.transport import Transport
 
 log = logging.getLogger("swarmnode.bootstrap")
@@ -47,6 +49,7 @@ class BootstrapNode:
         self.stop = threading.Event()
         self.log_every_s = log_every_s
         self.state = "starting"
+        self.monitor: MonitorServer | None = None  # /metrics and the dashboard
 
     def status(self) -> dict[str, Any]:
         return {"role": "bootstrap", "name": self.cfg.node.name, "state": self.state}
@@ -57,6 +60,7 @@ class BootstrapNode:
         control = ControlServer(self.data_dir, self.transport, self.status)
         await control.start()  # first: refuses a second node on the same data_dir
         try:
+            self.monitor = await start_monitor(self.cfg.monitor, lambda: bootstrap_view(self))
             await self.transport.start()
             for addr in self.transport.stats()["listen_addrs"]:
                 log.info("bootstrap address: %s", addr)
@@ -80,5 +84,7 @@ class BootstrapNode:
                     next_log = time.monotonic() + self.log_every_s
         finally:
             self.state = "stopping"
+            if self.monitor is not None:
+                await self.monitor.stop()
             await control.stop()
             await self.transport.stop()

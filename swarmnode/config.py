@@ -11,6 +11,7 @@ Invariants:
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 from typing import Any, Literal
 
@@ -392,6 +393,47 @@ class SapoConfig(_Section):
     )
 
 
+class MonitorConfig(_Section):
+    """The node's HTTP server: Prometheus ``/metrics`` and the read-only dashboard."""
+
+    enabled: bool = Field(False, description="Serve /metrics and the dashboard over HTTP.")
+    listen: str = Field(
+        "127.0.0.1:9464", description="host:port to serve on (port 0 = any free port)."
+    )
+    allow_public: bool = Field(
+        False,
+        description="Allow a non-loopback listen address (anyone who reaches it sees the "
+        "node's figures and its peers' ids).",
+    )
+
+    def host_port(self) -> tuple[str, int]:
+        """``listen`` split into (host, port); IPv6 hosts are written ``[::1]:9464``."""
+        host, sep, port = self.listen.rpartition(":")
+        if not sep or not port.isdigit() or int(port) > 65535 or not host:
+            raise ValueError(f"listen: expected host:port, got {self.listen!r}")
+        return host.strip("[]"), int(port)
+
+    def is_loopback(self) -> bool:
+        host = self.host_port()[0]
+        if host == "localhost":
+            return True
+        try:
+            return ipaddress.ip_address(host).is_loopback
+        except ValueError:  # a host name: only "localhost" is known to be loopback
+            return False
+
+    @model_validator(mode="after")
+    def _loopback(self) -> MonitorConfig:
+        self.host_port()
+        if not self.allow_public and not self.is_loopback():
+            raise ValueError(
+                f"listen: {self.listen} is not a loopback address; the dashboard and "
+                "/metrics show peer ids and rewards, so set monitor.allow_public: true "
+                "to serve them beyond this machine"
+            )
+        return self
+
+
 class NodeConfig(_Section):
     name: str = Field("node", min_length=1, description="Human name, shown in logs.")
     data_dir: str = Field(
@@ -412,6 +454,7 @@ class Config(_Section):
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig)
     swarm: SwarmConfig = Field(default_factory=SwarmConfig)
     sapo: SapoConfig = Field(default_factory=SapoConfig)
+    monitor: MonitorConfig = Field(default_factory=MonitorConfig)
 
     @model_validator(mode="after")
     def _cross(self) -> Config:

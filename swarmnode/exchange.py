@@ -53,6 +53,7 @@ from swarmnode.ingest import IngestQueue
 from swarmnode.ingest_guard import IngestGuard
 from swarmnode.metrics import RoundRecord
 from swarmnode.p2p.wire import WireError, decode_batch, encode_batch
+from swarmnode.swarmview import PeerBook
 from swarmnode.transport import Transport, TransportError
 
 log = logging.getLogger("swarmnode.exchange")
@@ -110,6 +111,7 @@ class RolloutExchange:
         self.publish_dropped: Counter[str] = Counter()
         self.published = Counter({"messages": 0, "groups": 0, "bytes": 0})
         self.offers = 0
+        self.peers = PeerBook()  # what gossip says about each peer (dashboard)
         self._task: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------
@@ -163,10 +165,12 @@ class RolloutExchange:
             if item is None:
                 continue
             try:  # validated by the transport already; re-checked, never trusted
-                groups = decode_batch(item.payload).rollout_groups(item.peer_id)
+                batch = decode_batch(item.payload)
+                groups = batch.rollout_groups(item.peer_id)
             except WireError as err:
                 self.decode_failures[err.reason] += 1
                 continue
+            self.peers.heard(item.peer_id, batch.round, groups)
             await guard.await_budget()  # past the ingestion time share: wait here
             offer = asyncio.ensure_future(asyncio.to_thread(guard.offer, item.peer_id, groups))
             t0 = time.monotonic()
@@ -178,6 +182,7 @@ class RolloutExchange:
                     log.warning(
                         "verifying %d groups has taken %.0fs", len(groups), time.monotonic() - t0
                     )
+            self.peers.verdicts(item.peer_id, len(groups), offer.result())
             self.offers += 1
 
     # -- each round --------------------------------------------------------------

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -72,6 +74,7 @@ class RoundRecord:
     msgs_out: int = 0
     msgs_rejected: int = 0
     ingest_time_share: float = 0.0  # share of the last 30 s spent verifying peers' groups
+    rss_mb: float = 0.0  # the process's resident memory after the round, MiB (0: not measured)
 
     def to_json(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -81,6 +84,18 @@ class RoundRecord:
         """A record from a metrics line or a status reply (unknown keys ignored)."""
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
+
+
+def rss_mb() -> float:
+    """This process's resident memory now, in MiB (where /proc is missing: the peak)."""
+    try:
+        pages = int(Path("/proc/self/statm").read_text().split()[1])
+        return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
+    except (OSError, ValueError, IndexError):
+        import resource
+
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB; bytes on macOS
+        return round(peak / (2**20 if sys.platform == "darwin" else 1024), 1)
 
 
 def _mean(xs: Sequence[float]) -> float:

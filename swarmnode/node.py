@@ -53,7 +53,16 @@ from swarmnode.curriculum import Curriculum
 from swarmnode.exchange import RolloutExchange
 from swarmnode.generate import GenerationCancelled
 from swarmnode.ingest import Catalog, IngestQueue
-from swarmnode.metrics import MetricsLog, RoundRecord, progress_line, read_rounds, reward_summary
+from swarmnode.metrics import (
+    MetricsLog,
+    RoundRecord,
+    progress_line,
+    read_rounds,
+    reward_summary,
+    rss_mb,
+)
+from swarmnode.monitor import MonitorServer, start_monitor
+from swarmnode.monitor_view import RoundHistory, node_view
 from swarmnode.rewards import make_scorer
 from swarmnode.sampler import SwarmSampler
 from swarmnode.tasks import SharedSchedule
@@ -90,6 +99,8 @@ class Node:
         self.round = 0  # last finished round
         self.state = "starting"
         self.last: RoundRecord | None = None
+        self.history = RoundHistory()  # recent rounds and totals (the monitor)
+        self.monitor: MonitorServer | None = None  # /metrics and the dashboard
         self.trained_from: Counter[str] = Counter()  # peer -> external groups trained on
         self.transport = (
             transport if transport is not None else default_transport(cfg, self.data_dir)
@@ -150,6 +161,7 @@ class Node:
         metrics: MetricsLog | None = None
         try:
             dump_config(self.cfg, self.data_dir / "config.resolved.yaml")
+            self.monitor = await start_monitor(self.cfg.monitor, lambda: node_view(self))
             metrics = MetricsLog(self.data_dir / "metrics.jsonl")
             if self.exchange is not None:
                 await self.exchange.start()  # peers may connect while the model loads
@@ -180,6 +192,7 @@ class Node:
                 except (GenerationCancelled, InterruptedError):
                     break  # stop requested mid-round: the round is discarded
                 self.round, self.last = rec.round, rec
+                self.history.add(rec)
                 metrics.write(rec)
                 if self.echo:
                     print(progress_line(rec, self.exchange is not None), flush=True)
@@ -197,6 +210,8 @@ class Node:
                     metrics.close()
                 if self.exchange is not None:
                     await self.exchange.stop()
+                if self.monitor is not None:
+                    await self.monitor.stop()
                 await control.stop()
                 self._executor.shutdown(wait=False)
         if self.exchange is not None:
@@ -247,6 +262,7 @@ class Node:
             completed_groups=completed,
             completions_cut=trainer.completions_cut,
             published_bytes=published,
+            rss_mb=rss_mb(),
         )
         return self.exchange.with_figures(rec) if self.exchange else rec
 

@@ -1,24 +1,40 @@
-"""Flood measurement: a real node's round time calm vs flooded by 1 peer and by 5 Sybils.
+"""Flood measurement: what a real node experiences when 1 peer or 5 Sybils flood it.
 
 The victim is a ``swarmnode start`` process training a tiny model (tests/tiny.py) in
 a swarm, with ``--external`` peer groups per round. An honest peer (a
 ``GossipTransport`` in this process) publishes one realistic batch of catalog items
 each time the victim finishes a round, as in scripts/bench_swarm.py. Flooders run in
-a separate process (``--flooder``): raw py-libp2p hosts, one identity each, that
-join the topic, wait until the victim is in their mesh, then publish validly signed
-small messages (payloads built with msgpack directly, never swarmnode's encoder) as
-fast as they can. A phase's rounds are counted only once the victim's own counters
-show the flood arriving; if it never does, the run is reported INVALID (exit 1).
+a separate process (``--flooder``): raw py-libp2p hosts with Ed25519 identities, one
+each, that join the topic, wait until the victim is in their mesh, then publish
+(as fast as their connection to the victim takes them, or at a set rate) validly
+signed, well-formed messages (msgpack built here, never swarmnode's encoder)
+of real catalog items with true reward claims, so that nothing but their rate can
+count against them. Their own gossipsub spam guard is off, and each counts what its
+router really queued for the victim (``sent``) apart from what its outbound queue
+dropped.
 
-Per phase (calm, 1peer, 5sybil): median round time (interval between metrics
-records), honest groups accepted (the honest peer's ``accepted`` verdicts) and
-trained on (``external_by_peer``), flood messages sent vs counted by the victim
-(msgs_in, dropped.*, rejected.*), flooders graylisted, the victim's log growth per
-minute (its stderr, at the default log level) and the flooder's CPU seconds.
-Last line: ratio_1peer ratio_5sybil, honest accepted/trained in each flood phase,
-tokens trained, log bytes per minute. Goal: ratios <= 1.10.
+Phases, each ``--phase-s`` seconds from the moment the flooders are meshed:
+``calm``; ``1peer`` (one identity, as fast as it can); ``5sybil`` (five, as fast as
+they can); ``5sybil_under`` (five, each under the per-originator rates:
+``--under-rate`` messages a second of ``--under-groups`` groups, so none is
+rate-limited or graylisted: the ingestion time budget, ``sapo.ingest_max_share``, is
+what must hold). A flood phase is valid when the flooders sent at least 100 messages
+to the victim and the victim counted at least 100 beyond the honest peer's. A
+graylisted flooder is cut off (it keeps redialling, as attackers do): that is the
+defence working, and the phase still lasts ``--phase-s``.
 
-    nice -n 10 .venv/bin/python scripts/bench_flood.py --rounds 12
+Per phase: mean round time over the whole phase (and the median), honest groups
+accepted (the honest peer's ``accepted`` verdicts) and trained on
+(``external_by_peer``), groups and tokens the victim trained, the victim's counters
+(msgs_in, dropped.* and rejected.* by reason, peers_graylisted), ingestion verdicts,
+the flooders' score verdicts and seconds to graylist each, the ingest time share and
+the victim's log growth per minute (its stderr, default log level).
+Last line, per phase: round-time ratio to calm (mean; median), honest groups
+accepted/trained, groups/tokens the victim trained, flood sent and counted, flooders
+graylisted and seconds to it, ingest time share, log bytes per minute. Goal: ratios
+<= 1.10. Exit status 1 if a flood phase was not valid.
+
+    nice -n 10 .venv/bin/python scripts/bench_flood.py --phase-s 60
 """
 
 from __future__ import annotations
@@ -59,34 +75,64 @@ from bench_swarm import TASKS, node_cfg, peer_batch  # noqa: E402
 
 TOPIC = topic_for("default")
 FLOODERS: list[subprocess.Popen[bytes]] = []  # killed on the way out, whatever happens
+PHASES = (  # name, identities, messages/s per identity (0: as fast as it can), groups each
+    ("calm", 0, 0.0, 1),
+    ("1peer", 1, 0.0, 1),
+    ("5sybil", 5, 0.0, 1),
+    ("5sybil_under", 5, -1.0, -1),  # -1: --under-rate / --under-groups
+)
 
 
 # ---- the flooder process -----------------------------------------------------------
 
 
-def flood_payload(i: int) -> bytes:
+def flood_pool(k: int, size: int) -> list[dict[str, Any]]:
+    """``size`` well-formed catalog groups (G = 8) with true reward claims, identity k."""
+    mix = TaskMix(parse_config({"tasks": {**TASKS, "seed": 5000 + k}}).tasks)
+    score, rng = make_scorer(0.0), random.Random(k)
+    pool: list[dict[str, Any]] = []
+    for r in itertools.count(1):
+        for g in peer_batch(mix, r, 4, 8, 0, rng):
+            rewards = score(g.completions, mix.regenerate(g.ref))[0]
+            pool.append(
+                {
+                    "ref": {
+                        "dataset": g.ref.dataset,
+                        "config": g.ref.config,
+                        "seed": g.ref.seed,
+                        "index": g.ref.index,
+                    },
+                    "question": g.question,
+                    "completions": list(g.completions),
+                    "rewards": [float(x) for x in rewards],
+                    "model": "flood",
+                    "finished": [True] * len(g.completions),
+                }
+            )
+        if len(pool) >= size:
+            return pool
+    raise AssertionError("unreachable")
+
+
+def flood_payload(pool: list[dict[str, Any]], i: int, groups: int) -> bytes:
     import msgpack
 
-    group = {
-        "ref": {"dataset": "basic_arithmetic", "config": {}, "seed": 0, "index": i},
-        "question": "2+2?",
-        "completions": ["4", "5"],
-        "rewards": [1.0, 0.0],
-        "model": "",
-        "created": time.time(),
-        "finished": [True, True],
-    }
-    return bytes(msgpack.packb({"v": 2, "swarm": "default", "round": i, "groups": [group]}))
+    now = time.time()
+    batch = [dict(pool[(i * groups + j) % len(pool)], created=now) for j in range(groups)]
+    obj = {"v": 2, "swarm": "default", "round": i + 1, "groups": batch}
+    return bytes(msgpack.packb(obj, use_bin_type=True))
 
 
-def run_flooder(target: str, identities: int, seconds: float) -> None:
-    """Raw py-libp2p hosts: mesh with the victim, then publish as fast as they can.
-    Prints {"ready": [peer ids]} once every host has the victim in its mesh, and
-    {"sent": n, ...} at the end."""
+def run_flooder(target: str, identities: int, seconds: float, rate: float, groups: int) -> None:
+    """Raw py-libp2p hosts: mesh with the victim, then publish (``rate`` messages a
+    second each; 0: as fast as they can). Prints {"ready": [peer ids]} once every host
+    has the victim in its mesh, and the figures ({"sent": n, ...}) at the end."""
     import trio
     from libp2p import new_host
+    from libp2p.crypto.ed25519 import create_new_key_pair
     from libp2p.peer.peerinfo import info_from_p2p_addr
     from libp2p.pubsub.gossipsub import GossipSub
+    from libp2p.pubsub.pb import rpc_pb2
     from libp2p.pubsub.pubsub import Pubsub
     from libp2p.tools.anyio_service import background_trio_service
     from multiaddr import Multiaddr
@@ -94,15 +140,42 @@ def run_flooder(target: str, identities: int, seconds: float) -> None:
     from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS
 
     info = info_from_p2p_addr(Multiaddr(target))
-    sent = [0] * identities
-    failed = [0] * identities
+    pools = [flood_pool(k, 1500) for k in range(identities)]
+    published, sent, queue_dropped = [0] * identities, [0] * identities, [0] * identities
+    failed, redials = [0] * identities, [0] * identities
     ready: list[str] = []
+
+    def count_sends(k: int, ps: Pubsub, gs: GossipSub) -> None:
+        """``sent[k]``: messages the router queued for the victim, less queue drops."""
+        send, drop = gs.send_rpc, gs._handle_dropped_rpc
+
+        def send_rpc(peer: Any, rpc: rpc_pb2.RPC, priority: bool = False) -> None:
+            if peer != info.peer_id or not rpc.publish or peer not in ps.peer_queues:
+                send(peer, rpc, priority)
+                return
+            before = queue_dropped[k]
+            send(peer, rpc, priority)
+            if queue_dropped[k] == before:
+                sent[k] += len(rpc.publish)
+
+        def dropped(peer: Any, rpc: rpc_pb2.RPC, reason: str) -> None:
+            if peer == info.peer_id:
+                queue_dropped[k] += len(rpc.publish)
+            drop(peer, rpc, reason)
+
+        setattr(gs, "send_rpc", send_rpc)  # noqa: B010 (instrumenting a library object)
+        setattr(gs, "_handle_dropped_rpc", dropped)  # noqa: B010
 
     async def one(k: int, all_ready: trio.Event, stop_at: list[float]) -> None:
         listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
-        host = new_host(listen_addrs=listen)
-        gs = GossipSub(list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1)
+        host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
+        # py-libp2p's spam guard also throttles our own publishes (10/s): an attacker
+        # turns it off.
+        gs = GossipSub(
+            list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1, spam_protection_enabled=False
+        )
         ps = Pubsub(host, gs, strict_signing=True)
+        count_sends(k, ps, gs)
         async with (
             host.run(listen_addrs=listen),
             background_trio_service(ps),
@@ -120,16 +193,35 @@ def run_flooder(target: str, identities: int, seconds: float) -> None:
                 stop_at.append(time.monotonic() + seconds)
                 all_ready.set()
             await all_ready.wait()
-            i = 0
+            i, next_at = 0, time.monotonic()
             while time.monotonic() < stop_at[0]:
+                if info.peer_id not in ps.peers:  # cut off by the victim: redial, as attackers do
+                    redials[k] += 1
+                    with trio.move_on_after(2):
+                        try:
+                            await host.connect(info)
+                        except Exception:  # refused: counted, tried again in a second
+                            failed[k] += 1
+                    await trio.sleep(1)
+                    continue
+                queue = ps.peer_queues.get(info.peer_id)
+                if queue is not None and len(queue) >= 8:
+                    # Unpaced, the publish loop starved the writer task: 16 of 8,390
+                    # messages left and the rest died in the full queue. Send only as
+                    # fast as the connection takes them.
+                    await trio.sleep(0.001)
+                    continue
                 try:
-                    await ps.publish(TOPIC, flood_payload(i))
-                    sent[k] += 1
-                except Exception:  # cut off by the victim: keep trying, as attackers do
+                    await ps.publish(TOPIC, flood_payload(pools[k], i, groups))
+                    published[k] += 1
+                except Exception:  # counted; a flooder keeps going
                     failed[k] += 1
                     await trio.sleep(0.01)
                 i += 1
-                if i % 20 == 0:
+                if rate > 0:
+                    next_at += 1 / rate
+                    await trio.sleep(max(0.0, next_at - time.monotonic()))
+                elif i % 20 == 0:
                     await trio.sleep(0)
 
     async def main() -> None:
@@ -142,7 +234,8 @@ def run_flooder(target: str, identities: int, seconds: float) -> None:
         trio.run(main)
     finally:
         cpu = resource.getrusage(resource.RUSAGE_SELF)
-        out: dict[str, float] = {"sent": sum(sent), "publish_failed": sum(failed)}
+        out: dict[str, Any] = {"sent": sum(sent), "sent_by": sent, "published": sum(published)}
+        out.update(queue_dropped=sum(queue_dropped), failed=sum(failed), redials=sum(redials))
         out["cpu_s"] = round(cpu.ru_utime + cpu.ru_stime, 1)
         print(json.dumps(out), flush=True)
 
@@ -150,7 +243,7 @@ def run_flooder(target: str, identities: int, seconds: float) -> None:
 # ---- the measuring side -------------------------------------------------------------
 
 
-def flood_counts(status: dict[str, Any]) -> int:
+def counted_in(status: dict[str, Any]) -> int:
     """Every inbound message the victim counted: delivered, dropped or rejected."""
     c = status["swarm"]["counters"]
     return c.get("msgs_in", 0) + sum(
@@ -159,7 +252,14 @@ def flood_counts(status: dict[str, Any]) -> int:
 
 
 async def honest_peer(
-    addr: str, tmp: Path, node_data: Path, stop: asyncio.Event, q: int, g: int, ids: list[str]
+    addr: str,
+    tmp: Path,
+    node_data: Path,
+    stop: asyncio.Event,
+    q: int,
+    g: int,
+    ids: list[str],
+    published: list[int],
 ) -> None:
     """Publishes one realistic batch each time the victim finishes a round."""
     cfg = SwarmConfig(
@@ -179,6 +279,7 @@ async def honest_peer(
                 for grp in groups:
                     grp.rewards = score(grp.completions, mix.regenerate(grp.ref))[0]
                 await peer.publish(encode_batch("default", r, groups))
+                published[0] += 1
             seen = n
             await asyncio.sleep(0.05)
     finally:
@@ -206,65 +307,113 @@ class Victim:
         return recs
 
 
+def start_flooder(addr: str, identities: int, rate: float, groups: int) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, __file__, "--flooder", addr, "--identities", str(identities)]
+    argv += ["--flood-rate", str(rate), "--flood-groups", str(groups)]
+    flooder = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    FLOODERS.append(flooder)
+    return flooder
+
+
+def deltas(new: dict[str, int], old: dict[str, int]) -> dict[str, int]:
+    return {k: v - old.get(k, 0) for k, v in sorted(new.items()) if v != old.get(k, 0)}
+
+
 async def phase(
-    victim: Victim, name: str, identities: int, rounds: int, addr: str, honest: str
+    victim: Victim,
+    name: str,
+    flood: tuple[int, float, int],
+    seconds: float,
+    addr: str,
+    honest: str,
+    honest_published: list[int],
 ) -> dict[str, Any]:
-    flooder, before = None, flood_counts(victim.status())
+    identities, rate, groups = flood
+    flooder, flood_ids = None, []
     if identities:
-        flooder = subprocess.Popen(
-            [sys.executable, __file__, "--flooder", addr, "--identities", str(identities)],
-            cwd=REPO,
-            env={**os.environ, "PYTHONPATH": str(REPO)},
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-        )
-        FLOODERS.append(flooder)
+        flooder = start_flooder(addr, identities, rate, groups)
         assert flooder.stdout is not None
-        line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 120)
-        flood_ids = json.loads(line)["ready"]  # meshed with the victim
-        deadline = time.monotonic() + 60
-        while flood_counts(victim.status()) - before < 100:  # the flood shows at the victim
-            if time.monotonic() > deadline:
-                raise SystemExit(f"{name}: INVALID: the flood never reached the victim")
-            await asyncio.sleep(0.5)
+        line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
+        flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
     st0, log0, t0 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    start = len(victim.rounds()) + 1  # the first whole round under these conditions
-    recs = (await victim.wait_rounds(start + rounds, 60 + 30 * rounds))[start - 1 : start + rounds]
+    before, pub0 = victim.rounds(), honest_published[0]
+    graylisted_at: dict[str, float] = {}
+    while (now := time.monotonic()) < t0 + seconds:
+        scores = victim.status()["swarm"].get("peer_scores", {})
+        for p in flood_ids:
+            if scores.get(p, {}).get("graylisted") and p not in graylisted_at:
+                graylisted_at[p] = round(now - t0, 1)
+        await asyncio.sleep(1.0)
     st1, log1, t1 = victim.status(), victim.log.stat().st_size, time.monotonic()
+    recs = [before[-1], *victim.rounds()[len(before) :]]
     out: dict[str, Any] = {}
     if flooder is not None:
         flooder.send_signal(signal.SIGINT)  # trio: KeyboardInterrupt, then the figures
         tail = await asyncio.to_thread(flooder.communicate, timeout=30)
         out.update(json.loads(tail[0].decode().strip().splitlines()[-1]))
-        scores = st1["swarm"].get("peer_scores", {})
-        out["flooders_graylisted"] = sum(
-            1 for p in flood_ids if p in st1["swarm"].get("graylisted", [])
-        )
-        out["flooder_scores"] = [scores.get(p, {}).get("score") for p in flood_ids]
+        verdicts: dict[str, int] = {}
+        for p in flood_ids:
+            for k, v in st1["swarm"]["peer_scores"].get(p, {}).get("verdicts", {}).items():
+                verdicts[k] = verdicts.get(k, 0) + v
+        out["flooder_verdicts"] = verdicts
+        out["flooder_scores"] = [
+            st1["swarm"]["peer_scores"].get(p, {}).get("score") for p in flood_ids
+        ]
+        out["s_to_graylist"] = [graylisted_at.get(p) for p in flood_ids]
     times = [b.time - a.time for a, b in itertools.pairwise(recs)]
-
-    def verdicts(st: dict[str, Any]) -> dict[str, int]:
-        return dict(st["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {}))
-
+    honest_v0 = st0["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {})
+    honest_v1 = st1["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {})
+    flood_counted = counted_in(st1) - counted_in(st0) - (honest_published[0] - pub0)
     out.update(
-        round_s=round(statistics.median(times), 3),
+        round_s=round((recs[-1].time - recs[0].time) / max(1, len(times)), 3),
+        round_s_median=round(statistics.median(times), 3) if times else None,
         rounds=len(times),
-        counted_in=flood_counts(st1) - flood_counts(st0),
-        honest_accepted=verdicts(st1).get("accepted", 0) - verdicts(st0).get("accepted", 0),
+        flood_counted=flood_counted,
+        valid=not identities or (out.get("sent", 0) >= 100 and flood_counted >= 100),
+        honest_accepted=honest_v1.get("accepted", 0) - honest_v0.get("accepted", 0),
         honest_trained=sum(r.external_by_peer.get(honest, 0) for r in recs[1:]),
         groups_trained=sum(r.groups_trained for r in recs[1:]),
         tokens_trained=sum(r.tokens_trained for r in recs[1:]),
-        ingest_time_share=recs[-1].ingest_time_share,
+        ingest_time_share_max=max(r.ingest_time_share for r in recs[1:]) if times else None,
+        ingest_accepted=recs[-1].ingest_accepted - recs[0].ingest_accepted,
+        ingest_rejected=deltas(recs[-1].ingest_rejected, recs[0].ingest_rejected),
         log_bytes_per_min=round((log1 - log0) * 60 / (t1 - t0)),
-        counters={
-            k: v - st0["swarm"]["counters"].get(k, 0)
-            for k, v in st1["swarm"]["counters"].items()
-            if k.startswith(("dropped.", "rejected.", "inbox_dropped", "peers_graylisted"))
-            and v != st0["swarm"]["counters"].get(k, 0)
-        },
+        counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
     )
     print(name, json.dumps(out), flush=True)
     return out
+
+
+def summary(res: dict[str, dict[str, Any]]) -> str:
+    """The last line: every phase's figures, ratios against calm first."""
+    calm = res["calm"]["round_s"]
+    parts = [f"calm_round_s {calm:.3f}"]
+    for name, r in res.items():
+        if name == "calm":
+            parts.append(
+                f"calm honest {r['honest_accepted']}/{r['honest_trained']}"
+                f" trained {r['groups_trained']}g/{r['tokens_trained']}t"
+                f" log_B_per_min {r['log_bytes_per_min']}"
+            )
+            continue
+        gray = sum(1 for s in r["s_to_graylist"] if s is not None)
+        parts.append(
+            f"{name}{'' if r['valid'] else ' INVALID'} ratio {r['round_s'] / calm:.2f}"
+            f" (median {r['round_s_median'] / calm:.2f})"
+            f" honest {r['honest_accepted']}/{r['honest_trained']}"
+            f" trained {r['groups_trained']}g/{r['tokens_trained']}t"
+            f" sent {r['sent']} counted {r['flood_counted']}"
+            f" graylisted {gray}/{len(r['s_to_graylist'])} at_s {r['s_to_graylist']}"
+            f" ingest_share {r['ingest_time_share_max']}"
+            f" log_B_per_min {r['log_bytes_per_min']}"
+        )
+    return "; ".join(parts)
 
 
 async def amain(args: argparse.Namespace) -> int:
@@ -283,8 +432,9 @@ async def amain(args: argparse.Namespace) -> int:
         stderr=log.open("wb"),
     )
     victim = Victim(proc, tmp / "victim", log)
-    stop, ids = asyncio.Event(), []  # type: ignore[var-annotated]
+    stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
+    res: dict[str, dict[str, Any]] = {}
     try:
         addr = None
         while addr is None:
@@ -294,15 +444,16 @@ async def amain(args: argparse.Namespace) -> int:
             except (ControlError, IndexError, KeyError, TypeError):
                 await asyncio.sleep(0.5)
         honest_task = asyncio.create_task(
-            honest_peer(addr, tmp, tmp / "victim", stop, args.questions, 8, ids)
+            honest_peer(addr, tmp, tmp / "victim", stop, args.questions, 8, ids, published)
         )
         await victim.wait_rounds(args.warmup, 600)
         while not ids:
             await asyncio.sleep(0.1)
-        res = {
-            name: await phase(victim, name, n, args.rounds, addr, ids[0])
-            for name, n in (("calm", 0), ("1peer", 1), ("5sybil", 5))
-        }
+        for name, n, rate, groups in PHASES:
+            if rate < 0:
+                rate, groups = args.under_rate, args.under_groups
+            flood = (n, rate, groups)
+            res[name] = await phase(victim, name, flood, args.phase_s, addr, ids[0], published)
     finally:
         for child in FLOODERS:
             if child.poll() is None:
@@ -312,28 +463,16 @@ async def amain(args: argparse.Namespace) -> int:
             await asyncio.wait_for(honest_task, 30)
         proc.terminate()
         proc.wait(timeout=60)
-    calm = res["calm"]["round_s"]
-    one, syb = res["1peer"], res["5sybil"]
-    print(
-        f"ratio_1peer {one['round_s'] / calm:.2f} ratio_5sybil {syb['round_s'] / calm:.2f}"
-        f" calm_round_s {calm:.3f}"
-        f" honest_accepted_1peer {one['honest_accepted']} trained {one['honest_trained']}"
-        f" honest_accepted_5sybil {syb['honest_accepted']} trained {syb['honest_trained']}"
-        f" honest_calm {res['calm']['honest_accepted']}/{res['calm']['honest_trained']}"
-        f" groups_trained_flood {one['groups_trained'] + syb['groups_trained']}"
-        f" tokens_trained_flood {one['tokens_trained'] + syb['tokens_trained']}"
-        f" flood_sent {one['sent']}/{syb['sent']} counted {one['counted_in']}/{syb['counted_in']}"
-        f" graylisted {one['flooders_graylisted']}/1 {syb['flooders_graylisted']}/5"
-        f" log_bytes_per_min {max(one['log_bytes_per_min'], syb['log_bytes_per_min'])}"
-    )
+    print(f"victim data and log: {tmp}" if args.keep else "", flush=True)
+    print(summary(res), flush=True)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
-    return 0
+    return 0 if all(r["valid"] for r in res.values()) else 1
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--rounds", type=int, default=12, help="rounds measured per phase")
+    ap.add_argument("--phase-s", type=float, default=60.0, help="seconds each phase lasts")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
@@ -341,9 +480,15 @@ def main() -> None:
     ap.add_argument("--flooder", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=3600, help=argparse.SUPPRESS)
+    ap.add_argument("--flood-rate", type=float, default=0.0, help=argparse.SUPPRESS)
+    ap.add_argument("--flood-groups", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument(
+        "--under-rate", type=float, default=4.0, help="5sybil_under: messages/s per identity"
+    )
+    ap.add_argument("--under-groups", type=int, default=6, help="5sybil_under: groups per message")
     args = ap.parse_args()
     if args.flooder:
-        run_flooder(args.flooder, args.identities, args.seconds)
+        run_flooder(args.flooder, args.identities, args.seconds, args.flood_rate, args.flood_groups)
         return
     sys.exit(asyncio.run(amain(args)))
 

@@ -17,16 +17,18 @@ so only the source of the trained-on groups differs:
     complete-only   I = B, J = 0 + group completion (ablation: completion alone)
 
 Runs are independent and resumable: ``--resume`` skips every (configuration, seed)
-whose nodes all finished their rounds and held-out scoring. Aggregation reads
-whatever runs exist (``--aggregate`` does only that) and writes to --out:
+whose nodes all finished their rounds and held-out scoring, and continues an
+interrupted one from its nodes' newest checkpoints (every 10 rounds). Aggregation
+reads whatever runs exist (``--aggregate`` does only that) and writes to --out:
 
-- rewards.csv: config, seed, node, round, wall seconds, reward, accuracy, groups and
-  tokens; heldout.csv: strict held-out accuracy per node (and the base model's);
+- rewards.csv: config, seed, node, round, wall and compute seconds (generation +
+  update, waits excluded), reward, accuracy, groups and tokens; heldout.csv: strict
+  held-out accuracy per node (and the base model's);
 - results.md: per configuration the mean cumulative reward per node and held-out
   accuracy, each with the paired difference to ``none`` (by seed and node) and its
-  95% bootstrap interval, wall time and tokens generated / trained per node;
+  95% bootstrap interval, compute seconds and tokens generated / trained per node;
 - curves.png: reward per round (moving average, mean over nodes and seeds, 95%
-  band); time.png: the same against wall-clock seconds (time to accuracy).
+  band), and the same against compute seconds (time to accuracy).
 
 The last line printed carries, per configuration, runs, rounds, groups and tokens
 trained, cumulative reward and held-out accuracy.
@@ -121,7 +123,8 @@ def node_config(
     rollout["questions_per_round"] = args.questions
     rollout["completions_per_question"] = args.completions
     rollout["max_new_tokens"] = args.max_new_tokens
-    cfg["checkpoint"] = {"every_rounds": max(1, args.rounds), "keep": 1}
+    # Every 10 rounds: an interrupted run continues from there (see run_once).
+    cfg["checkpoint"] = {"every_rounds": min(10, max(1, args.rounds)), "keep": 1}
     cfg["sapo"] = {**cfg.get("sapo", {}), **sharing(name, args.questions)}
     cfg["swarm"] = swarm_section(f"exp-{name}-s{seed}", port, boot, enabled=name != "none")
     return cfg
@@ -137,20 +140,32 @@ def rounds_done(d: Path) -> int:
 
 
 def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any]) -> None:
-    """Run one (configuration, seed) from scratch; its nodes' folders hold the results."""
+    """Run one (configuration, seed); its nodes' folders hold the results.
+
+    A run that was interrupted (its folder has the node configs but no run.json)
+    continues: the same nodes restart on their data directories and resume from their
+    newest checkpoint (every 10 rounds), losing at most the rounds since then."""
     root = run_dir(args, name, seed)
-    shutil.rmtree(root, ignore_errors=True)
-    root.mkdir(parents=True)
+    configs = [root / f"n{i}.yaml" for i in range(args.nodes)]
+    resume = args.resume and all(c.is_file() for c in configs)
+    if not resume:
+        shutil.rmtree(root, ignore_errors=True)
+        root.mkdir(parents=True)
     procs, boot = [], None
     started = time.time()
+    if not (root / "started.json").is_file():
+        (root / "started.json").write_text(json.dumps({"started": started}))
     for i in range(args.nodes):
         data = root / f"n{i}"
-        port = free_port()
-        cfg = node_config(base, args, name, seed, i, data, port, boot)
-        if i == 0 and name != "none":
-            boot = bootstrap_addr(data, port)
-        log = (root / f"n{i}.log").open("w")
-        procs.append(start_node(cfg, root / f"n{i}.yaml", args.threads, log))
+        log = (root / f"n{i}.log").open("a")
+        if resume:
+            cfg = yaml.safe_load(configs[i].read_text())
+        else:
+            port = free_port()
+            cfg = node_config(base, args, name, seed, i, data, port, boot)
+            if i == 0 and name != "none":
+                boot = bootstrap_addr(data, port)
+        procs.append(start_node(cfg, configs[i], args.threads, log))
     deadline = time.monotonic() + args.timeout
     failed = []
     for i, proc in enumerate(procs):
@@ -163,7 +178,15 @@ def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any
             failed.append(f"node {i} exited {proc.returncode}")
     if failed:
         raise SystemExit(f"{name} seed {seed}: {', '.join(failed)}; see the logs in {root}")
-    info = {"started": started, "wall_s": round(time.time() - started, 1), "nodes": args.nodes}
+    first = root / "started.json"  # the first launch, kept across continuations
+    if not first.is_file():
+        first.write_text(json.dumps({"started": started}))
+    info = {
+        "started": json.loads(first.read_text())["started"],
+        "wall_s": round(time.time() - started, 1),  # of the last segment
+        "continued": resume,
+        "nodes": args.nodes,
+    }
     (root / "run.json").write_text(json.dumps(info))
 
 
@@ -213,10 +236,17 @@ def read_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
                 continue
             i = int(d.name.removeprefix("n"))
             lines = (d / "metrics.jsonl").read_text().splitlines()
-            recs = [json.loads(x) for x in lines if x.strip()][: args.rounds]
+            by_round = {}  # a continued run redid the rounds after its last checkpoint
+            for x in lines:
+                if x.strip():
+                    rec = json.loads(x)
+                    by_round[rec["round"]] = rec
+            recs = [by_round[k] for k in sorted(by_round) if k <= args.rounds]
             if len(recs) < args.rounds:
                 continue
+            compute = 0.0
             for r in recs:
+                compute += r["gen_seconds"] + r["train_seconds"]
                 rows.append(
                     {
                         "config": name,
@@ -224,6 +254,7 @@ def read_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
                         "node": i,
                         "round": r["round"],
                         "wall_s": round(r["time"] - started, 1),
+                        "compute_s": round(compute, 1),  # generation + update, no waits
                         "reward": r["reward_mean"],
                         "accuracy": r["accuracy"],
                         "groups_trained": r["groups_trained"],
@@ -279,12 +310,12 @@ def plot(rows: list[dict[str, Any]], names: list[str], out: Path, window: int) -
         curves = [moving([r["reward"] for r in s], window) for s in series]
         mean, lo, hi = mean_band(curves)
         xs = list(range(1, len(mean) + 1))
-        walls, _, _ = mean_band([[r["wall_s"] for r in s] for s in series])
+        walls, _, _ = mean_band([[r["compute_s"] for r in s] for s in series])
         for ax, x in ((axes[0], xs), (axes[1], walls)):
             (line,) = ax.plot(x, mean, label=f"{name} ({len(series)} nodes)", linewidth=2)
             ax.fill_between(x, lo, hi, color=line.get_color(), alpha=0.15)
     axes[0].set_xlabel("round")
-    axes[1].set_xlabel("wall-clock seconds since the run started (mean over nodes)")
+    axes[1].set_xlabel("compute seconds per node: generation + update (mean over nodes)")
     for ax in axes:
         ax.set_ylabel(f"training reward ({window}-round moving average)")
     save_figure(fig, out, title="mean over nodes and seeds, 95% band", dpi=110)
@@ -300,7 +331,7 @@ def summarise(
     for r in rows:
         key = (r["seed"], r["node"])
         cumulative[r["config"]][key] += r["reward"]
-        walls[r["config"]][key] = max(walls[r["config"]].get(key, 0.0), r["wall_s"])
+        walls[r["config"]][key] = max(walls[r["config"]].get(key, 0.0), r["compute_s"])
         for k in ("groups_trained", "external_groups", "completed_groups"):
             totals[r["config"]][k] += r[k]
         for k in ("tokens_generated", "tokens_trained"):
@@ -320,7 +351,7 @@ def summarise(
         + ". Differences are paired by (seed, node); [95% bootstrap interval].",
         "",
         "| config | I / J | runs (seeds) | cumulative reward per node | vs none | "
-        "held-out accuracy | vs none (points) | wall s per node | tokens gen / trained "
+        "held-out accuracy | vs none (points) | compute s per node | tokens gen / trained "
         "per node | ext / completed groups per node |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable
 from importlib import resources
 from typing import Any
@@ -60,6 +61,21 @@ class MonitorError(SwarmnodeError):
 
 def dashboard_file(name: str) -> bytes:
     return (resources.files("swarmnode") / "dashboard" / name).read_bytes()
+
+
+def finite(value: Any) -> Any:
+    """``value`` with NaN and infinities as None (JSON has neither; a diverged loss is NaN).
+
+    >>> finite({"loss": float("nan"), "r": [1.5, float("inf")]})
+    {'loss': None, 'r': [1.5, None]}
+    """
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite(v) for v in value]
+    return value
 
 
 class MonitorServer:
@@ -126,7 +142,7 @@ class MonitorServer:
         )
 
     async def _state(self, request: web.Request) -> web.Response:
-        body = json.dumps(self.view_fn(), separators=(",", ":"), allow_nan=False)
+        body = json.dumps(finite(self.view_fn()), separators=(",", ":"), allow_nan=False)
         return web.Response(text=body, content_type="application/json", headers=HEADERS)
 
     async def _metrics(self, request: web.Request) -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import shutil
 import subprocess
@@ -16,9 +17,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from swarmnode.bootstrap import BootstrapNode
-from swarmnode.config import ConfigError, parse_config
+from swarmnode.config import ConfigError, MonitorConfig, parse_config
 from swarmnode.memory_transport import MemoryNetwork
-from swarmnode.monitor import STATIC, dashboard_file
+from swarmnode.monitor import STATIC, MonitorServer, dashboard_file
 from swarmnode.node import Node
 from tests.helpers import ENV, REPO, tiny_config, wait_for, write_config
 
@@ -215,6 +216,20 @@ def test_non_loopback_needs_the_explicit_setting(tmp_path: Path) -> None:
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "is not a loopback address" in lines[0], proc.stderr
+
+
+def test_public_listen_with_the_setting_warns(caplog: pytest.LogCaptureFixture) -> None:
+    cfg = MonitorConfig(enabled=True, listen="0.0.0.0:0", allow_public=True)
+    server = MonitorServer(cfg, lambda: {"role": "bootstrap", "name": "x", "rss_mb": 1.0})
+
+    async def main() -> None:
+        await server.start()
+        await server.stop()
+
+    with caplog.at_level(logging.WARNING, "swarmnode.monitor"):
+        asyncio.run(main())
+    (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert "beyond this machine" in warning.getMessage() and server.port > 0
 
 
 def test_dashboard_files_ship_in_the_package() -> None:

@@ -254,7 +254,7 @@ def read_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
                         "node": i,
                         "round": r["round"],
                         "wall_s": round(r["time"] - started, 1),
-                        "compute_s": round(compute, 1),  # generation + update, no waits
+                        "compute_s": round(compute, 3),  # generation + update, no waits
                         "reward": r["reward_mean"],
                         "accuracy": r["accuracy"],
                         "groups_trained": r["groups_trained"],

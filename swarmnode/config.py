@@ -12,6 +12,7 @@ Invariants:
 from __future__ import annotations
 
 import ipaddress
+import logging
 from pathlib import Path
 from typing import Any, Literal
 
@@ -503,12 +504,33 @@ def _first_error(err: ValidationError) -> str:
     return f"{where or 'config'}: {msg}" + (f" (+{more} more)" if more else "")
 
 
+# Keys that older versions wrote (config.resolved.yaml, shipped configs): dropped with a
+# warning instead of refused, so an upgraded node still reads its own files.
+REMOVED = {
+    ("train", "clip_low"): "there is no PPO ratio to clip: the update is on policy",
+    ("train", "clip_high"): "there is no PPO ratio to clip: the update is on policy",
+}
+
+
+def _drop_removed(data: dict[str, Any], source: str) -> dict[str, Any]:
+    out = dict(data)
+    for (section, key), why in REMOVED.items():
+        values = out.get(section)
+        if isinstance(values, dict) and key in values:
+            out[section] = {k: v for k, v in values.items() if k != key}
+            logging.getLogger(__name__).warning(
+                "%s: %s.%s is no longer used (%s); ignored", source, section, key, why
+            )
+    return out
+
+
 def parse_config(data: Any, source: str = "config") -> Config:
     """Validate a mapping into a Config, raising a one-line ConfigError."""
     if data is None:
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: top level must be a mapping, got {type(data).__name__}")
+    data = _drop_removed(data, source)
     try:
         return Config.model_validate(data)
     except ValidationError as err:

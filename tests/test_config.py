@@ -77,3 +77,12 @@ def test_defaults_and_overrides(tmp_path: Path) -> None:
     assert cfg.rollout.temperature == 0.7 and cfg.node.max_rounds == 3
     assert cfg.node.data_dir == "/x" and cfg.train.max_grad_norm == 1.0
     assert parse_config({}).model.lora.enabled
+
+
+def test_removed_keys_of_older_versions_are_ignored_with_a_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    with caplog.at_level("WARNING"):
+        cfg = parse_config({"train": {"clip_low": 0.2, "clip_high": 0.28, "learning_rate": 0.1}})
+    assert cfg.train.learning_rate == 0.1
+    assert "train.clip_low is no longer used" in caplog.text

@@ -36,7 +36,8 @@ def test_quick_experiment_with_seeds(tiny_model_dir: Path, tmp_path: Path) -> No
     runs = [("none", 0), ("none", 1), ("complete", 0)]
     assert seen == {(c, str(s), str(n), str(r)) for c, s in runs for n in (0, 1) for r in (1, 2, 3)}
     assert all(r["external_groups"] == "0" for r in rows if r["config"] == "none")
-    assert all(float(r["wall_s"]) > 0 and float(r["compute_s"]) > 0 for r in rows)
+    assert all(float(r["wall_s"]) > 0 for r in rows)
+    assert all(float(r["compute_s"]) > 0 for r in rows if r["round"] == "3")  # cumulative
     held = list(csv.DictReader((out / "heldout.csv").open()))
     assert len(held) == 6 and all(int(h["items"]) >= 2 for h in held)
     table = (out / "results.md").read_text()

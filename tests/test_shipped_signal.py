@@ -23,7 +23,7 @@ from tests.helpers import REPO
 pytestmark = pytest.mark.slow
 
 SHIPPED = ("node.yaml", "lan.yaml", "public.yaml", "specialties.yaml")
-ITEMS = 8
+ITEMS = 16  # a dataset at 4% strict accuracy has signal in a group of 8 ~27% of the time
 
 
 def shipped_datasets() -> dict[str, tuple[str, str]]:
@@ -55,4 +55,5 @@ def test_each_shipped_dataset_gives_signal_on_the_embedded_model() -> None:
             policy = load_policy(cfg.model, seed=0)
         probe = probe_signal(cfg, policy, ITEMS)
         found[f"{file}:{dataset}"] = probe["signal"]
-    assert all(share > 0 for share in found.values()), found
+    silent = [name for name, share in found.items() if share == 0]
+    assert not silent, f"no signal in {ITEMS} groups: {silent} (all: {found})"

@@ -88,6 +88,21 @@ def training_questions(cfg: Config, rounds: int) -> set[str]:
     }
 
 
+def greedy_answers(trainer: Trainer, questions: list[str]) -> list[str]:
+    """One greedy completion per question, decoded (call inside inference_weights)."""
+    out = sample(
+        trainer.policy.model,
+        [trainer.prompt_ids(q) for q in questions],
+        1,
+        max_new_tokens=trainer.cfg.rollout.max_new_tokens,
+        eos_ids=trainer.eos_ids,
+        pad_id=trainer.pad_id,
+        temperature=0.0,
+    )
+    decode = trainer.policy.tokenizer.decode
+    return [str(decode(ids, skip_special_tokens=True)) for ids in out.token_ids]
+
+
 def evaluate(cfg: Config, n: int = 50, batch: int = 16, base: bool = False) -> dict[str, Any]:
     """Strict held-out accuracy (overall and per dataset) of the newest checkpoint.
 
@@ -113,18 +128,8 @@ def evaluate(cfg: Config, n: int = 50, batch: int = 16, base: bool = False) -> d
     ):
         for start in range(0, len(refs), batch):
             chunk = entries[start : start + batch]
-            prompts = [trainer.prompt_ids(e["question"]) for e in chunk]
-            out = sample(
-                model,
-                prompts,
-                1,
-                max_new_tokens=cfg.rollout.max_new_tokens,
-                eos_ids=trainer.eos_ids,
-                pad_id=trainer.pad_id,
-                temperature=0.0,
-            )
-            for ref, entry, ids in zip(refs[start:], chunk, out.token_ids, strict=False):
-                text = str(trainer.policy.tokenizer.decode(ids, skip_special_tokens=True))
+            texts = greedy_answers(trainer, [e["question"] for e in chunk])
+            for ref, entry, text in zip(refs[start:], chunk, texts, strict=False):
                 scores.setdefault(labels[ref], []).append(accuracy_reward(text, entry))
                 answers.setdefault(labels[ref], []).append(extract_answer(text))
             step(len(chunk))
@@ -172,23 +177,13 @@ def probe_signal(cfg: Config, policy: Any, n: int) -> dict[str, float]:
         [accuracy_reward(c, trainer.tasks.regenerate(g.ref)) for c in g.completions] for g in groups
     ]
     scores = [s for group in per_group for s in group]
-    prompts = [trainer.prompt_ids(g.question) for g in groups]
     model = trainer.policy.model
     model.eval()
     with inference_weights(model, trainer.sample_dtype), torch.inference_mode():
-        out = sample(
-            model,
-            prompts,
-            1,
-            max_new_tokens=cfg.rollout.max_new_tokens,
-            eos_ids=trainer.eos_ids,
-            pad_id=trainer.pad_id,
-            temperature=0.0,
-        )
-    decode = trainer.policy.tokenizer.decode
+        texts = greedy_answers(trainer, [g.question for g in groups])
     greedy = [
-        accuracy_reward(str(decode(ids, skip_special_tokens=True)), trainer.tasks.regenerate(g.ref))
-        for g, ids in zip(groups, out.token_ids, strict=True)
+        accuracy_reward(t, trainer.tasks.regenerate(g.ref))
+        for g, t in zip(groups, texts, strict=True)
     ]
     return {
         "strict": sum(s >= 1.0 for s in scores) / len(scores),

@@ -197,8 +197,12 @@ class RolloutExchange:
         payloads = await asyncio.to_thread(
             encode_round, self.cfg.swarm.name, round_index, list(groups), self.publish_dropped
         )
-        for p in payloads:
-            await self.transport.publish(p)
+        try:
+            for p in payloads:
+                await self.transport.publish(p)
+        except TransportError as err:  # died while the batch was encoded
+            self._fail(f"{DEAD_TRANSPORT}: {err}")
+            return 0
         self.published["messages"] += len(payloads)
         self.published["groups"] += len(groups)
         self.published["bytes"] += sum(len(p) for p in payloads)

@@ -23,6 +23,7 @@ import random
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import msgpack
@@ -332,26 +333,29 @@ def run_fuzz(
     # Poisoned: a delivered message the wire rules refuse, or one that did not come,
     # correctly signed, from the identity it names (a forged or unverifiable envelope).
     attacker = forger.attacker_id.to_base58()
-    poisoned = 0
+    poisoned: list[dict[str, Any]] = []
     for r in delivered:
         try:
             decode_batch(r.payload)
-        except WireError:
-            poisoned += 1
+        except WireError as err:
+            poisoned.append(poison(r, f"wire refuses it: {err.reason}"))
             continue
         if r.payload in honest_sent:
             continue
-        if r.peer_id != attacker or r.payload not in forger.signed_by_attacker:
-            poisoned += 1
+        if r.peer_id != attacker:
+            poisoned.append(poison(r, "delivered under another identity than the attacker's"))
+        elif r.payload not in forger.signed_by_attacker:
+            poisoned.append(poison(r, "the attacker never signed this payload"))
     return {
         "messages": result["messages"],
         "frames": result["frames"],
         "honest_sent": result["honest"],
         "honest_delivered": sum(1 for r in delivered if r.payload in honest_sent),
         "hostile_but_wire_valid": len(delivered)
-        - poisoned
+        - len(poisoned)
         - sum(1 for r in delivered if r.payload in honest_sent),
-        "poisoned": poisoned,
+        "poisoned": len(poisoned),
+        "poisoned_messages": poisoned,
         "crashes": sum(escaped.values()) + (0 if running else 1),
         "escaped": dict(escaped),
         "still_running": running,
@@ -360,12 +364,24 @@ def run_fuzz(
     }
 
 
+def poison(r: Any, why: str) -> dict[str, Any]:
+    """A delivered message that should not have been, as a reproducible record."""
+    return {"why": why, "peer_id": r.peer_id, "payload_hex": bytes(r.payload).hex()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--dump", type=Path, help="write poisoned messages here (JSON, payload hex)")
     args = ap.parse_args()
     out = run_fuzz(args.messages, args.seed)
+    poisoned = out.pop("poisoned_messages")
+    if poisoned and args.dump:
+        args.dump.write_text(json.dumps(poisoned, indent=1))
+        print(f"{len(poisoned)} poisoned messages written to {args.dump}")
+    for p in poisoned[:5]:
+        print(f"poisoned: {p['why']} (peer {p['peer_id']}, {len(p['payload_hex']) // 2} bytes)")
     print(json.dumps(out, indent=1))
     print(
         f"fuzzed {out['messages']} messages + {out['frames']} frames in {out['seconds']}s: "

@@ -8,10 +8,12 @@ round does, and answers the same items greedily. Printed per candidate:
 - mean: mean reasoning-gym score (partial credit included);
 - signal: share of groups whose rewards spread (would be trained on);
 - greedy: strict accuracy of the greedy answer;
-- distinct: distinct questions among ``--space`` items (is held-out really unseen?).
+- distinct: distinct questions among ``--space`` items (is held-out really unseen?);
+- top_answer: share of those items whose answer is the commonest one (a constant trap).
 
 A regime is useful when strict lies around 0.05-0.30 (room to learn, signal to learn
-from) and distinct is close to ``--space`` (held-out items are new questions).
+from) distinct is close to ``--space`` (held-out items are new questions) and top_answer is
+small (no single answer scores well without learning).
 
     python scripts/probe_tasks.py --items 24 --out docs/task-probe.csv
     python scripts/probe_tasks.py --only basic_arithmetic,gcd
@@ -25,6 +27,7 @@ import argparse
 import csv
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -109,6 +112,10 @@ CANDIDATES: list[tuple[str, str, dict[str, Any]]] = [
     ("gcd", "gcd", {"min_value": 1, "max_value": 30}),
     ("lcm", "lcm", {"min_value": 1, "max_value": 12}),
     ("letters", "letter_counting", {"min_words": 2, "max_words": 4}),
+    ("letters5", "letter_counting", {"min_words": 5, "max_words": 7}),
+    ("letters8", "letter_counting", {"min_words": 8, "max_words": 12}),
+    ("offset", "calendar_arithmetic", {"tasks": ["weekday_offset"]}),
+    ("gcd50", "gcd", {"min_value": 1, "max_value": 50}),
     ("backward", "spell_backward", {"min_word_len": 3, "max_word_len": 5}),
     (
         "legs",
@@ -136,12 +143,19 @@ CANDIDATES: list[tuple[str, str, dict[str, Any]]] = [
 ]
 
 
-def distinct_questions(name: str, config: dict[str, Any], space: int) -> int:
+def question_space(name: str, config: dict[str, Any], space: int) -> tuple[int, float]:
+    """Distinct questions among ``space`` items, and the share of the commonest answer.
+
+    A large answer share is a constant-answer trap: a policy that always gives that
+    answer scores it without learning the task.
+    """
     from swarmnode.groups import ItemRef
     from swarmnode.tasks import ref_config, regenerate
 
     cfg = ref_config(config, 100_000)
-    return len({regenerate(ItemRef(name, cfg, 1, i))["question"] for i in range(space)})
+    items = [regenerate(ItemRef(name, cfg, 1, i)) for i in range(space)]
+    answers = Counter(str(it["answer"]) for it in items)
+    return len({it["question"] for it in items}), answers.most_common(1)[0][1] / space
 
 
 def main() -> None:
@@ -188,11 +202,13 @@ def main() -> None:
             print(f"label={label} dataset={name} error={err}", flush=True)
             continue
         tokens += probe.pop("tokens_generated")
+        distinct, top_answer = question_space(name, config, args.space)
         row = {
             "label": label,
             "dataset": name,
             **{k: round(v, 3) for k, v in probe.items()},
-            "distinct": distinct_questions(name, config, args.space),
+            "distinct": distinct,
+            "top_answer": round(top_answer, 3),
             "seconds": round(time.perf_counter() - t0, 1),
         }
         rows.append(row)

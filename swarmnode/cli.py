@@ -32,6 +32,14 @@ ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="Node YAML confi
 DataDirOpt = Annotated[
     Path | None, typer.Option("--data-dir", help="Override node.data_dir from the config.")
 ]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override one config field: dotted key, YAML value (tasks.seed=3); repeatable.",
+    ),
+]
 
 
 @app.callback()
@@ -44,11 +52,13 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _load(config: Path, overrides: dict[str, Any]) -> Any:
-    from swarmnode.config import ConfigError, load_config
+def _load(config: Path, overrides: dict[str, Any], sets: list[str] | None = None) -> Any:
+    """The config with ``--set`` overrides, then the dedicated options (which win)."""
+    from swarmnode.config import ConfigError, load_config, parse_overrides
 
     try:
-        return load_config(config, {k: v for k, v in overrides.items() if v is not None})
+        given = {k: v for k, v in overrides.items() if v is not None}
+        return load_config(config, {**parse_overrides(sets or []), **given})
     except ConfigError as err:
         raise _fail(str(err)) from None
 
@@ -71,13 +81,16 @@ def start(
         int | None, typer.Option("--max-rounds", help="Stop after this round number.")
     ] = None,
     data_dir: DataDirOpt = None,
+    set_: SetOpt = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
 ) -> None:
     """Run a node: train on local tasks, and share with a swarm if configured.
 
     With swarm.role 'bootstrap' it only routes gossip (no model is loaded)."""
     cfg = _load(
-        config, {"node.max_rounds": max_rounds, "node.data_dir": data_dir and str(data_dir)}
+        config,
+        {"node.max_rounds": max_rounds, "node.data_dir": data_dir and str(data_dir)},
+        set_,
     )
     _logging(log_level)
     # `kill -USR1 <pid>` prints every thread's stack to stderr: for a node that seems stuck.
@@ -102,11 +115,12 @@ def start(
 def eval_(
     config: ConfigOpt,
     data_dir: DataDirOpt = None,
+    set_: SetOpt = None,
     items: Annotated[int, typer.Option(help="Held-out items per dataset.", min=1)] = 50,
     json_: Annotated[bool, typer.Option("--json", help="Print the raw result.")] = False,
 ) -> None:
     """Score the node's newest checkpoint on held-out items (seeds no node trains on)."""
-    cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)})
+    cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)}, set_)
     _logging("warning")
     logging.getLogger("swarmnode.progress").setLevel(logging.INFO)  # lines where no TTY
     from swarmnode.errors import SwarmnodeError
@@ -200,9 +214,9 @@ def keygen(
 
 
 @app.command("id")
-def id_(config: ConfigOpt, data_dir: DataDirOpt = None) -> None:
+def id_(config: ConfigOpt, data_dir: DataDirOpt = None, set_: SetOpt = None) -> None:
     """Print this node's peer ID and listen multiaddrs (creates the identity if missing)."""
-    cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)})
+    cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)}, set_)
     from swarmnode.errors import SwarmnodeError
     from swarmnode.keys import node_id
 

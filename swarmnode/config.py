@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -554,13 +555,38 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Co
         data = {}
     for key, value in (overrides or {}).items():
         if not isinstance(data, dict):
-            break
+            break  # parse_config names the real problem
         node = data
         *parents, leaf = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
+        for i, part in enumerate(parents):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                where = ".".join(parents[: i + 1])
+                raise ConfigError(f"{p}: {where}: must be a mapping to set {key}")
+            node = child
         node[leaf] = value
     return parse_config(data, str(p))
+
+
+def parse_overrides(items: Iterable[str]) -> dict[str, Any]:
+    """``KEY=VALUE`` strings (``--set``) as ``load_config`` overrides: dotted key, YAML value.
+
+    >>> parse_overrides(["tasks.seed=3", "swarm.bootstrap=[/ip4/10.0.0.1/tcp/4001/p2p/X]"])
+    {'tasks.seed': 3, 'swarm.bootstrap': ['/ip4/10.0.0.1/tcp/4001/p2p/X']}
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, text = item.partition("=")
+        key = key.strip()
+        if not sep or not key or not all(key.split(".")):
+            raise ConfigError(
+                f"--set {item!r}: expected KEY=VALUE with a dotted key, e.g. tasks.seed=3"
+            )
+        try:
+            out[key] = yaml.safe_load(text)
+        except yaml.YAMLError:
+            raise ConfigError(f"--set {key}: value is not valid YAML: {text!r}") from None
+    return out
 
 
 def dump_config(cfg: Config, path: str | Path) -> None:

@@ -15,6 +15,8 @@ so only the source of the trained-on groups differs:
                sapo.complete_groups: peers' verified answers to the swarm's
                scheduled items join this node's no-signal groups)
     complete-only   I = B, J = 0 + group completion (ablation: completion alone)
+    complete-is     complete + importance weights from the senders' log-probs
+    complete-nomask complete without the mask of peers' unlikely negative tokens
 
 Runs are independent and resumable: ``--resume`` skips every (configuration, seed)
 whose nodes all finished their rounds and held-out scoring, and continues an
@@ -60,7 +62,22 @@ from sapo_stats import mean_band, paired_diff
 
 sys.path.insert(0, str(REPO))
 
-CONFIGS = ("none", "balanced", "heavy", "adaptive", "complete", "complete-only")
+CONFIGS = (
+    "none",
+    "balanced",
+    "heavy",
+    "adaptive",
+    "complete",
+    "complete-only",
+    "complete-is",
+    "complete-nomask",
+)
+# Ablations of the off-policy care, on top of ``complete``: importance weights from
+# the senders' log-probs; no mask of peers' unlikely negative tokens.
+TRAIN_OVERRIDES: dict[str, dict[str, Any]] = {
+    "complete-is": {"importance_weights": "sequence"},
+    "complete-nomask": {"external_min_prob": 0.0},
+}
 
 
 def sharing(name: str, budget: int) -> dict[str, Any]:
@@ -86,6 +103,7 @@ def sharing(name: str, budget: int) -> dict[str, Any]:
             "complete_groups": True,
         },
     }
+    table["complete-is"] = table["complete-nomask"] = table["complete"]
     if name not in table:
         raise SystemExit(f"unknown configuration {name!r}; known: {', '.join(CONFIGS)}")
     return table[name]
@@ -118,7 +136,11 @@ def node_config(
         own = i % len(tasks["datasets"])
         for k, spec in enumerate(tasks["datasets"]):
             spec["weight"] = args.hetero if k == own else 1.0
-    cfg.setdefault("train", {})["seed"] = 1000 * seed + i
+    cfg["train"] = {
+        **cfg.get("train", {}),
+        **TRAIN_OVERRIDES.get(name, {}),
+        "seed": 1000 * seed + i,
+    }
     rollout = cfg.setdefault("rollout", {})
     rollout["questions_per_round"] = args.questions
     rollout["completions_per_question"] = args.completions

@@ -184,6 +184,17 @@ class TrainConfig(_Section):
         description="Peers' tokens with a negative advantage that this policy gives less "
         "than this probability get no gradient (0 = train on all).",
     )
+    importance_weights: Literal["off", "sequence"] = Field(
+        "off",
+        description="Off-policy care for peers' completions: 'sequence' weights each one "
+        "by min(importance_cap, p_ours / p_sender) of the whole completion (V-trace "
+        "style, truncated), from the sender's log-probs on the wire; this node then also "
+        "publishes its own (wire v3). A peer with another model, no log-probs or a "
+        "completion cut here trains with weight 1.",
+    )
+    importance_cap: float = Field(
+        1.0, gt=0, le=10, description="Upper bound of an importance weight (truncation)."
+    )
     seed: int = Field(0, ge=0, description="Seed for sampling and initialisation.")
 
 

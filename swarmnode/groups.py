@@ -80,6 +80,9 @@ class RolloutGroup:
     completion_ids: list[list[int]] | None = None  # exact sampled tokens (local only)
     format_rewards: list[float] | None = None  # format reward per completion, logged only
     finished: list[bool] | None = None  # per completion: ended with EOS (None = unknown)
+    # per completion: sum of the sampled tokens' log-probs under the producer's policy
+    # at its sampling temperature (None = not shared); for importance weights
+    logprobs: list[float | None] | None = None
 
     @property
     def is_local(self) -> bool:

@@ -15,6 +15,11 @@ Invariants:
   clip could never engage: there is none (no clip_low/clip_high). The loss is
   -A * log p per token. Peers' groups are trained as if sampled here, without
   importance weights (as in the SAPO paper).
+- Importance weights (``train.importance_weights: sequence``): a peer completion
+  whose sender put its log-prob on the wire is weighted by
+  min(importance_cap, p_ours(y) / p_sender(y)) over the whole completion, computed
+  from this step's own log-probs (detached): bounded by the cap, exactly 1 for this
+  node's own completions, 1 where the sender's log-prob is unknown (``None``).
 - Peers' completions are off-policy. Their tokens with a negative advantage that
   this policy gives less than ``external_min_prob`` get no gradient: pushing down
   what this node would not sample anyway teaches nothing and spreads probability
@@ -50,6 +55,9 @@ class TokenizedGroup:
     completion_ids: list[list[int]]
     advantages: list[float]
     external: bool = False  # sampled by a peer's policy (off-policy for us)
+    # per completion: the sender's log-prob of it (None: unknown, weight 1); only for
+    # peers' completions with importance weights on (``Trainer.update``)
+    sender_logprobs: list[float | None] | None = None
 
 
 @dataclass
@@ -61,6 +69,8 @@ class StepStats:
     groups_skipped: int = 0
     tokens_trained: int = 0
     tokens_masked: int = 0  # peers' unlikely negative-advantage tokens left out
+    weighted: int = 0  # completions that got an importance weight
+    weight_sum: float = 0.0  # sum of those weights (mean = weight_sum / weighted)
 
 
 def group_advantages(
@@ -125,6 +135,22 @@ def completion_logprobs(
     return logp, mask
 
 
+def importance_weights(
+    own_logp: torch.Tensor, sender: Sequence[float | None], cap: float
+) -> torch.Tensor:
+    """Truncated sequence weights min(cap, exp(own - sender)); 1 where sender is None.
+
+    >>> importance_weights(torch.tensor([-2.0, -1.0, -5.0]), [-1.0, -3.0, None], 1.0)
+    tensor([0.3679, 1.0000, 1.0000])
+    """
+    known = torch.tensor([lp is not None for lp in sender], device=own_logp.device)
+    theirs = torch.tensor(
+        [0.0 if lp is None else lp for lp in sender], device=own_logp.device, dtype=own_logp.dtype
+    )
+    w = torch.exp((own_logp - theirs).clamp(max=math.log(cap))).clamp(max=cap)
+    return torch.where(known, w, torch.ones_like(w))
+
+
 def micro_batches(
     lengths: Sequence[int], max_rows: int | None, max_tokens: int | None
 ) -> list[tuple[int, int]]:
@@ -187,6 +213,14 @@ def grpo_step(
             logp, mask = completion_logprobs(model, group.prompt_ids, comps, pad_id, temperature)
             a = adv[:, None]
             per_token = -a * logp  # the policy gradient: we are on policy, no ratio
+            sender = group.sender_logprobs
+            if group.external and sender is not None:  # a peer's: truncated IS weight
+                own = (logp.detach() * mask).sum(-1)
+                w = importance_weights(own, sender[start:end], cfg.importance_cap)
+                per_token = per_token * w[:, None]
+                known = [lp is not None for lp in sender[start:end]]
+                stats.weighted += sum(known)
+                stats.weight_sum += sum(float(x) for x, k in zip(w, known, strict=True) if k)
             if reference is not None:  # the frozen base = the adapter switched off
                 with torch.no_grad(), reference():
                     ref_logp, _ = completion_logprobs(

@@ -214,6 +214,7 @@ class IngestQueue:
             created=group.created,
             format_rewards=fmt,
             finished=None if group.finished is None else list(group.finished),
+            logprobs=None if group.logprobs is None else list(group.logprobs),
         )
         with self._lock:
             if key in self._seen:  # raced with the same group from another peer

@@ -48,6 +48,8 @@ class RoundRecord:
     train_seconds: float = 0.0  # composing the batch + the GRPO step
     tokens_trained: int = 0
     tokens_masked: int = 0
+    is_weighted: int = 0  # peers' completions trained with an importance weight
+    is_weight_mean: float | None = None  # their mean weight (None: none weighted)
     loss: float = 0.0
     kl: float = 0.0
     grad_norm: float = 0.0

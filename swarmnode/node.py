@@ -248,6 +248,8 @@ class Node:
             train_seconds=round(time.perf_counter() - t0, 3),
             tokens_trained=step.tokens_trained,
             tokens_masked=step.tokens_masked,
+            is_weighted=step.weighted,
+            is_weight_mean=step.weight_sum / step.weighted if step.weighted else None,
             loss=round(step.loss, 6),
             kl=round(step.kl, 6),
             grad_norm=round(step.grad_norm, 6),

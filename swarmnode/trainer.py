@@ -100,19 +100,33 @@ class Trainer:
         one would teach "stop here" on text that never stopped (and, with a negative
         advantage, "never stop" on the rest).
         """
+        return self._encode(text, finished)[0]
+
+    def _encode(self, text: str, finished: bool) -> tuple[list[int], bool]:
+        """(token ids as ``encode_completion``, whether they were cut here)."""
         cap = self.cfg.rollout.max_new_tokens
         ids = self.policy.tokenizer(text, add_special_tokens=False)["input_ids"]
         if not ids or (finished and len(ids) < cap):
-            return [*ids, self.eos_ids[0]]
-        if finished or len(ids) > cap:  # longer than we would have sampled: cut
-            self.completions_cut += 1
-        return list(ids[:cap])
+            return [*ids, self.eos_ids[0]], False
+        cut = finished or len(ids) > cap  # longer than we would have sampled
+        self.completions_cut += cut
+        return list(ids[:cap]), cut
 
-    def _encode_group(self, group: RolloutGroup) -> list[list[int]]:
+    def _peer_tokens(
+        self, group: RolloutGroup
+    ) -> tuple[list[list[int]], list[float | None] | None]:
+        """A peer group's completions in our tokens, and the sender's log-probs to weigh
+        them by (``train.importance_weights``): None unless it runs our model; None for
+        a completion cut here (its log-prob covers text we don't train on)."""
         finished = group.finished or [True] * len(group.completions)
-        return [
-            self.encode_completion(c, f) for c, f in zip(group.completions, finished, strict=True)
-        ]
+        encoded = [self._encode(c, f) for c, f in zip(group.completions, finished, strict=True)]
+        ids = [e[0] for e in encoded]
+        lps = group.logprobs
+        if self.cfg.train.importance_weights == "off" or lps is None:
+            return ids, None
+        if group.model != self.policy.name:  # another model/tokenizer: no weight
+            return ids, None
+        return ids, [None if cut else lp for (_, cut), lp in zip(encoded, lps, strict=True)]
 
     # -- scoring -------------------------------------------------------------
 
@@ -156,6 +170,7 @@ class Trainer:
         g = r.completions_per_question
         groups = []
         decode = self.policy.tokenizer.decode
+        share_logprobs = self.cfg.train.importance_weights != "off"  # for peers' weights
         for i, (ref, entry) in enumerate(zip(refs, entries, strict=True)):
             ids = samples.token_ids[i * g : (i + 1) * g]
             texts = [str(decode(c, skip_special_tokens=True)) for c in ids]
@@ -171,6 +186,9 @@ class Trainer:
                     completion_ids=ids,
                     format_rewards=fmt,
                     finished=[bool(c) and c[-1] in self.eos_ids for c in ids],
+                    logprobs=[sum(lp) for lp in samples.logprobs[i * g : (i + 1) * g]]
+                    if share_logprobs
+                    else None,
                 )
             )
         tokens = sum(len(c) for c in samples.token_ids)
@@ -180,15 +198,18 @@ class Trainer:
         self, groups: Sequence[RolloutGroup], should_stop: Callable[[], bool] = lambda: False
     ) -> StepStats:
         """One GRPO step on ``groups``; groups without signal are skipped."""
-        batch = [
-            TokenizedGroup(
-                prompt_ids=self.prompt_ids(g.question),
-                completion_ids=g.completion_ids or self._encode_group(g),
-                advantages=group_advantages(g.rewards),
-                external=not g.is_local,
+        batch = []
+        for g in groups:
+            ids, sender_lps = (g.completion_ids, None) if g.completion_ids else self._peer_tokens(g)
+            batch.append(
+                TokenizedGroup(
+                    prompt_ids=self.prompt_ids(g.question),
+                    completion_ids=ids,
+                    advantages=group_advantages(g.rewards),
+                    external=not g.is_local,
+                    sender_logprobs=sender_lps,
+                )
             )
-            for g in groups
-        ]
         # grpo_step polls should_stop per micro-batch; the stop points bound the wait
         # inside one (a whole group by default) to a layer's forward or backward.
         with stop_points(self.policy.model, should_stop):

@@ -65,7 +65,7 @@ def test_finished_flags_travel_and_version_1_is_still_read() -> None:
 @pytest.mark.parametrize(
     ("mutate", "reason"),
     [
-        (lambda o: o.update(v=3), "version"),
+        (lambda o: o.update(v=4), "version"),
         (lambda o: o.update(v=0), "version"),
         (lambda o: o["groups"][0].pop("finished"), "schema"),
         (lambda o: o["groups"][0].update(finished=[True] * 3), "value"),

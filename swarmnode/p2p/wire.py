@@ -16,7 +16,8 @@ Invariants:
 
 Schema, version 2 (a msgpack map; keys exactly these, no more, no fewer)::
 
-    v:      int    protocol version: WIRE_VERSION (2) is sent; 1 is still accepted
+    v:      int    protocol version: 2 is sent, 3 when the groups carry log-probs;
+                   1 is still accepted
     swarm:  str    swarm name of the sender (the receiver rejects other swarms)
     round:  int    the sender's round number when it generated these groups (>= 0)
     groups: array  1..MAX_GROUPS rollout groups, each a map with keys:
@@ -34,7 +35,13 @@ Schema, version 2 (a msgpack map; keys exactly these, no more, no fewer)::
                             cut at the sender's token cap; same length as completions
 
 Version 1 is version 2 without ``finished`` (receivers treat its completions as
-finished). Any other version is rejected.
+finished). Version 3 is version 2 plus, in each group::
+
+        logprobs:    array  per completion, nil or the sum of its sampled tokens'
+                            log-probs under the sender's policy (float, -1e6..0)
+
+sent only by nodes with ``train.importance_weights`` on (a v2-only receiver would
+refuse it). Any other version is rejected.
 
 The sender's peer ID is not in the payload: it comes from the signed gossipsub
 envelope, which the transport verifies.
@@ -51,8 +58,10 @@ import msgpack
 
 from swarmnode.groups import ItemRef, RolloutGroup
 
-WIRE_VERSION = 2
-ACCEPTED_VERSIONS = (1, 2)
+WIRE_VERSION = 2  # what a node sends unless its groups carry log-probs
+LOGPROBS_VERSION = 3
+ACCEPTED_VERSIONS = (1, 2, 3)
+MIN_LOGPROB = -1e6
 # gossipsub (py-libp2p) refuses RPC frames over 1 MiB; leave room for the signed
 # envelope (topic, from, seqno, key, signature: ~200 bytes) around our payload.
 MAX_MESSAGE_BYTES = 1024 * 1024 - 4096
@@ -70,6 +79,7 @@ MAX_INT = 2**63 - 1
 _TOP_KEYS = frozenset({"v", "swarm", "round", "groups"})
 _GROUP_KEYS_V1 = frozenset({"ref", "question", "completions", "rewards", "model", "created"})
 _GROUP_KEYS = _GROUP_KEYS_V1 | {"finished"}
+_GROUP_KEYS_V3 = _GROUP_KEYS | {"logprobs"}
 _REF_KEYS = frozenset({"dataset", "config", "seed", "index"})
 
 WIRE_REASONS = (
@@ -113,6 +123,7 @@ class Batch:
                 model=g.model,
                 created=g.created,
                 finished=None if g.finished is None else list(g.finished),
+                logprobs=None if g.logprobs is None else list(g.logprobs),
             )
             for g in self.groups
         ]
@@ -207,8 +218,25 @@ def _ref(obj: Any) -> ItemRef:
     )
 
 
+def _logprobs(obj: Any, n: int) -> list[float | None]:
+    values = _list(obj, "logprobs", 0, MAX_COMPLETIONS)
+    if len(values) != n:
+        raise WireError("value", f"{len(values)} logprobs for {n} completions")
+    out: list[float | None] = []
+    for v in values:
+        if v is None:
+            out.append(None)
+            continue
+        lp = _float(v, "logprob")
+        if not MIN_LOGPROB <= lp <= 0:
+            raise WireError("value", f"logprob {lp} outside [{MIN_LOGPROB}, 0]")
+        out.append(lp)
+    return out
+
+
 def _group(obj: Any, round_: int, version: int) -> RolloutGroup:
-    d = _keys(obj, _GROUP_KEYS if version >= 2 else _GROUP_KEYS_V1, "group")
+    keys = {1: _GROUP_KEYS_V1, 2: _GROUP_KEYS}.get(version, _GROUP_KEYS_V3)
+    d = _keys(obj, keys, "group")
     completions = _list(d["completions"], "completions", MIN_COMPLETIONS, MAX_COMPLETIONS)
     texts = [_str(c, "completion", MAX_COMPLETION_CHARS) for c in completions]
     rewards = [_float(r, "reward") for r in _list(d["rewards"], "rewards", 0, MAX_COMPLETIONS)]
@@ -225,6 +253,7 @@ def _group(obj: Any, round_: int, version: int) -> RolloutGroup:
         if not all(isinstance(f, bool) for f in flags):
             raise WireError("schema", "finished must hold booleans")
         finished = list(flags)
+    logprobs = _logprobs(d["logprobs"], len(texts)) if version >= 3 else None
     return RolloutGroup(
         ref=_ref(d["ref"]),
         question=_str(d["question"], "question", MAX_QUESTION_CHARS),
@@ -235,6 +264,7 @@ def _group(obj: Any, round_: int, version: int) -> RolloutGroup:
         model=_str(d["model"], "model", MAX_NAME_CHARS),
         created=created,
         finished=finished,
+        logprobs=logprobs,
     )
 
 
@@ -292,10 +322,18 @@ def decode_batch(data: bytes) -> Batch:
     return _check(obj)
 
 
+def _wire_logprobs(g: RolloutGroup) -> list[float | None]:
+    lps = g.logprobs or [None] * len(g.completions)
+    return [None if lp is None else max(MIN_LOGPROB, min(0.0, float(lp))) for lp in lps]
+
+
 def encode_batch(swarm: str, round: int, groups: Sequence[RolloutGroup]) -> bytes:
-    """Encode one round's groups; raise WireError if the result breaks a limit."""
+    """Encode one round's groups; raise WireError if the result breaks a limit.
+
+    Version 3 (log-probs) when any group carries them, else version 2."""
+    with_lp = any(g.logprobs is not None for g in groups)
     obj = {
-        "v": WIRE_VERSION,
+        "v": LOGPROBS_VERSION if with_lp else WIRE_VERSION,
         "swarm": swarm,
         "round": round,
         "groups": [
@@ -312,6 +350,7 @@ def encode_batch(swarm: str, round: int, groups: Sequence[RolloutGroup]) -> byte
                 "model": g.model,
                 "created": float(g.created),
                 "finished": [bool(f) for f in (g.finished or [True] * len(g.completions))],
+                **({"logprobs": _wire_logprobs(g)} if with_lp else {}),
             }
             for g in groups
         ],

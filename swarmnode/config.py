@@ -454,6 +454,12 @@ class NodeConfig(_Section):
         description="Checkpoints, metrics.jsonl, identity and resolved config live here.",
     )
     max_rounds: int | None = Field(None, ge=0, description="Stop after N rounds (null = run on).")
+    distinct_seeds: bool = Field(
+        False,
+        description="Offset tasks.seed and train.seed by a number derived from this node's "
+        "identity (peer ID), so nodes started from one config draw different items and "
+        "samples (the same on every restart; config.resolved.yaml shows the seeds used).",
+    )
 
 
 class Config(_Section):

@@ -79,6 +79,36 @@ def build_trainer(cfg: Config) -> Trainer:
     return Trainer(cfg, load_policy(cfg.model, seed=cfg.train.seed))
 
 
+def with_node_seeds(cfg: Config) -> Config:
+    """``cfg`` with its seeds offset by this node's identity when ``node.distinct_seeds``.
+
+    Nodes started from one config would otherwise draw the same items and, on the
+    same model, sample the same completions: peers' groups would repeat our own. The
+    offset comes from the peer ID (the identity key is made here if it does not exist
+    yet), so a restarted node keeps its seeds; the result has ``distinct_seeds`` off,
+    so its resolved config, reloaded, gives the same seeds.
+    """
+    if not cfg.node.distinct_seeds:
+        return cfg
+    import hashlib
+
+    from swarmnode.p2p.identity import identity_path, load_or_create_identity, peer_id_of
+
+    key_pair, _ = load_or_create_identity(
+        identity_path(Path(cfg.node.data_dir), cfg.swarm.key_file)
+    )
+    peer = peer_id_of(key_pair)
+    offset = int.from_bytes(hashlib.sha256(peer.encode()).digest()[:4], "big") % (2**30)
+    log.info("seeds offset by %d from this node's peer ID %s", offset, peer)
+    return cfg.model_copy(
+        update={
+            "node": cfg.node.model_copy(update={"distinct_seeds": False}),
+            "tasks": cfg.tasks.model_copy(update={"seed": (cfg.tasks.seed + offset) % 2**31}),
+            "train": cfg.train.model_copy(update={"seed": cfg.train.seed + offset}),
+        }
+    )
+
+
 def default_transport(cfg: Config, data_dir: Path) -> Transport | None:
     """The libp2p transport when ``swarm.enabled``, else None (the node trains alone)."""
     if not cfg.swarm.enabled:
@@ -92,7 +122,7 @@ class Node:
     """One swarmnode trainer process (``transport`` given: tests, the in-memory one)."""
 
     def __init__(self, cfg: Config, echo: bool = True, transport: Transport | None = None) -> None:
-        self.cfg = cfg
+        cfg = self.cfg = with_node_seeds(cfg)
         self.data_dir = Path(cfg.node.data_dir)
         self.stop = threading.Event()
         self.echo = echo

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -86,3 +87,28 @@ def test_removed_keys_of_older_versions_are_ignored_with_a_warning(
         cfg = parse_config({"train": {"clip_low": 0.2, "clip_high": 0.28, "learning_rate": 0.1}})
     assert cfg.train.learning_rate == 0.1
     assert "train.clip_low is no longer used" in caplog.text
+
+
+def test_distinct_seeds_differ_per_identity_and_hold_across_restarts(tmp_path: Path) -> None:
+    from swarmnode.config import dump_config, load_config
+    from swarmnode.node import with_node_seeds
+
+    def cfg(name: str, distinct: bool = True) -> Any:
+        return parse_config(
+            {
+                "node": {"data_dir": str(tmp_path / name), "distinct_seeds": distinct},
+                "tasks": {"seed": 3},
+                "train": {"seed": 3},
+            }
+        )
+
+    a, b = with_node_seeds(cfg("a")), with_node_seeds(cfg("b"))
+    assert a.tasks.seed != b.tasks.seed and a.train.seed != b.train.seed
+    again = with_node_seeds(cfg("a"))  # a restart: same identity, same seeds
+    assert (again.tasks.seed, again.train.seed) == (a.tasks.seed, a.train.seed)
+    dump_config(a, tmp_path / "resolved.yaml")  # the resolved config, reloaded
+    reloaded = with_node_seeds(load_config(tmp_path / "resolved.yaml"))
+    assert (reloaded.tasks.seed, reloaded.train.seed) == (a.tasks.seed, a.train.seed)
+    off = with_node_seeds(cfg("c", distinct=False))
+    assert (off.tasks.seed, off.train.seed) == (3, 3)
+    assert not (tmp_path / "c" / "identity.key").exists()

@@ -177,7 +177,7 @@ def status(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt
 
 @app.command()
 def peers(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt = False) -> None:
-    """Ask a running node for its connected peers, mesh, peer scores and graylist."""
+    """Ask a running node for its peers (direct or relayed), reachability, mesh, scores."""
     reply = _query(config, data_dir)
     from swarmnode.report import format_peers
 
@@ -191,6 +191,7 @@ def peers(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt 
             "topic_peers",
             "peer_scores",
             "graylisted",
+            "nat",
         )
     }
     typer.echo(json.dumps(view, indent=1) if json_ else format_peers(reply))

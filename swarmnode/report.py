@@ -33,9 +33,47 @@ def format_peers(reply: dict[str, Any]) -> str:
         f"connected: {len(peers)}   mesh: {sw.get('mesh_size', 0)}   "
         f"topic peers: {sw.get('topic_peers', 0)}   dht: {sw.get('dht_routing_table', 0)}",
     ]
-    lines += [f"  {p}" for p in peers]
+    kinds = (sw.get("nat") or {}).get("connections") or {}
+    lines += [f"  {p}  {kinds.get(p, '')}".rstrip() for p in peers]
+    lines += _nat_lines(sw)
     lines += _score_lines(sw)
     return "\n".join(lines)
+
+
+def _nat_lines(sw: dict[str, Any]) -> list[str]:
+    """Reachability (AutoNAT), relay slots held and served, peers reached via a relay."""
+    nat = sw.get("nat") or {}
+    if not nat:
+        return []
+    auto = nat.get("autonat") or {}
+    slots = [_short(r.get("relay", "?")) for r in nat.get("relay_reservations") or []]
+    kinds = nat.get("connections") or {}
+    relayed = sum(1 for k in kinds.values() if k == "relayed")
+    lines = [
+        f"reachability: {nat.get('reachability', 'unknown')}"
+        + (
+            f" (AutoNAT: {auto.get('servers_ok', 0)} dialled back, "
+            f"{auto.get('servers_failed', 0)} not)"
+            if auto
+            else " (AutoNAT off)"
+        ),
+        f"relay slots: {', '.join(slots) or 'none'}   relayed peers: {relayed}"
+        f"   direct: {len(kinds) - relayed}",
+    ]
+    if nat.get("relay_serving"):
+        lines.append(
+            f"relaying for others: {nat.get('relay_reservations_served', 0)} slots, "
+            f"{nat.get('relay_circuits_served', 0)} circuits"
+        )
+    via = (sw.get("counters") or {}).get("msgs_in_via_relay", 0)
+    lines[-1] += f"   msgs in via relay: {via}"
+    punched = nat.get("hole_punched") or {}
+    if punched:
+        lines.append(
+            "hole punched (s from relayed to direct): "
+            + _counts({_short(k): (v or {}).get("after_s") for k, v in punched.items()})
+        )
+    return lines
 
 
 def _score_lines(sw: dict[str, Any]) -> list[str]:
@@ -66,6 +104,7 @@ def format_status(reply: dict[str, Any]) -> str:
         lines += [
             f"peer id {sw.get('peer_id')}  running {sw.get('running')}",
             f"listen  {' '.join(sw.get('listen_addrs') or [])}",
+            *_nat_lines(sw),
             f"peers {sw.get('num_peers', 0)}  mesh {sw.get('mesh_size', 0)}  "
             f"msgs in {sw.get('msgs_in', 0)} out {sw.get('msgs_out', 0)}  "
             f"bytes in {sw.get('bytes_in', 0)} out {sw.get('bytes_out', 0)}",

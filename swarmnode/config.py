@@ -203,6 +203,48 @@ class CheckpointConfig(_Section):
     keep: int = Field(3, ge=1, le=1000, description="How many newest checkpoints to keep.")
 
 
+class RelayConfig(_Section):
+    """Crossing NAT (see swarmnode/p2p/nat.py): circuit relay v2 and DCUtR hole punching."""
+
+    serve: bool = Field(
+        False,
+        description="Relay for peers behind NAT (circuit relay v2): for a publicly reachable "
+        "node such as a bootstrap. Relayed rollouts cost this node bandwidth, so opt in.",
+    )
+    use: bool | Literal["auto"] = Field(
+        "auto",
+        description="Reach and be reached through relays: reserve a slot on relays among "
+        "the connected peers (bootstrap peers first), advertise the /p2p-circuit address, "
+        "dial peers' circuit addresses. 'auto' = reserve unless AutoNAT finds this node "
+        "publicly reachable; false = never.",
+    )
+    hole_punch: bool = Field(
+        True,
+        description="Try to replace a relayed connection with a direct one (DCUtR, TCP "
+        "simultaneous open from the listen port); needs a fixed listen port.",
+    )
+    max_relays: int = Field(2, ge=1, le=16, description="Relays this node holds a slot on.")
+    max_reservations: int = Field(
+        128, ge=1, le=100_000, description="Serving: peers that may hold a slot at once."
+    )
+    max_circuits_per_peer: int = Field(
+        16, ge=1, le=1024, description="Serving: relayed connections to one peer at once."
+    )
+    max_circuit_s: int = Field(
+        3600,
+        ge=10,
+        le=86_400,
+        description="Serving: a relayed connection is cut after this many seconds "
+        "(the peers dial again).",
+    )
+    max_circuit_mib: int = Field(
+        1024,
+        ge=1,
+        le=1 << 20,
+        description="Serving: a relayed connection is cut after carrying this many MiB.",
+    )
+
+
 class SwarmConfig(_Section):
     """Peer-to-peer settings (see swarmnode/p2p). Disabled = the node trains alone."""
 
@@ -301,6 +343,15 @@ class SwarmConfig(_Section):
     shutdown_timeout_s: float = Field(
         5.0, gt=0, le=120, description="Longest a clean network shutdown may take."
     )
+    autonat: bool = Field(
+        True,
+        description="Learn whether this node is publicly reachable by asking peers to dial "
+        "it back (AutoNAT v1), and answer their requests; shown as 'reachability'.",
+    )
+    autonat_interval_s: float = Field(
+        300.0, ge=5, le=86_400, description="How often reachability is checked again, seconds."
+    )
+    relay: RelayConfig = Field(default_factory=RelayConfig)
     min_round_s: float = Field(
         0.0,
         ge=0,

@@ -18,6 +18,8 @@ Invariants:
   host's bounded inbox): py-libp2p's 32-slot subscription channel, which overflowed
   silently under a flood, is bypassed. Any other subscription's overflow is counted
   (``dropped.subscription_full``).
+- The first copy of a message read from a stream over a relayed connection is
+  counted (``msgs_in_via_relay``): what the swarm owes to circuit relays.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.validators import signature_validator
 
+from swarmnode.p2p.autonat import is_relayed
 from swarmnode.p2p.bridge import Counters
 from swarmnode.p2p.peerscore import PeerScores
 from swarmnode.ratelimit import PeerBuckets
@@ -49,6 +52,14 @@ Deliver = Callable[[rpc_pb2.Message], None]
 
 def topic_for(swarm_name: str) -> str:
     return f"/swarmnode/{swarm_name}/rollouts/1"
+
+
+def _alive(stream: Any) -> bool:
+    """An open stream on an open connection."""
+    try:
+        return not stream.is_closed and not stream.muxed_conn.is_closed
+    except Exception:  # a half-built or foreign stream object: treat as gone
+        return False
 
 
 def _b58(raw: bytes) -> str:
@@ -74,6 +85,8 @@ class HardenedPubsub(Pubsub):
         self.scores = scores or PeerScores()
         self._forwarders = PeerBuckets(forwarder_msgs_per_s, 2 * forwarder_msgs_per_s)
         self._deliver: dict[str, Deliver] = {}
+        # peer -> (its current inbound stream, whether that stream rides a relay)
+        self._inbound: dict[ID, tuple[Any, bool]] = {}
 
     def set_deliver(self, topic: str, deliver: Deliver) -> None:
         """Hand validated messages on ``topic`` to ``deliver`` (sync, must not block)."""
@@ -83,6 +96,15 @@ class HardenedPubsub(Pubsub):
 
     async def stream_handler(self, stream: Any) -> None:
         peer_id = stream.muxed_conn.peer_id
+        mine = (stream, is_relayed(getattr(stream, "swarm_conn", None)))
+        self._inbound[peer_id] = mine
+        try:
+            await self._read_stream(stream, peer_id)
+        finally:
+            if self._inbound.get(peer_id) is mine:
+                del self._inbound[peer_id]
+
+    async def _read_stream(self, stream: Any, peer_id: ID) -> None:
         try:
             await super().stream_handler(stream)
         # Everything a peer's frame can make py-libp2p raise (protobuf DecodeError,
@@ -104,12 +126,38 @@ class HardenedPubsub(Pubsub):
                     log.debug("reset after a bad RPC failed: %r", reset_err)
             self._handle_dead_peer(peer_id)
 
+    def _handle_dead_peer(self, peer_id: ID) -> None:
+        """py-libp2p calls this whenever *a* pubsub stream of the peer ends, and then
+        forgets the peer's subscriptions and drops our stream to it. With two
+        connections to a peer (a relayed one that DCUtR replaces by a direct one, or
+        both dialled through a relay) a stream ending with the old connection wiped
+        the subscriptions the peer had just re-announced on the new one, and it
+        never announces them again: our rollouts stopped reaching it. So: while our
+        own stream to the peer is alive, a stream ending elsewhere changes nothing;
+        otherwise py-libp2p's cleanup runs, keeping the subscriptions if the peer's
+        latest stream to us is still alive."""
+        ours = self.peers.get(peer_id)
+        if ours is not None and _alive(ours) and self._peer_is_connected(peer_id):
+            self._counters.add("pubsub.old_stream_ended")
+            return
+        theirs = self._inbound.get(peer_id)
+        keep = [
+            topic
+            for topic, peers in self.peer_topics.items()
+            if peer_id in peers and theirs is not None and _alive(theirs[0])
+        ]
+        super()._handle_dead_peer(peer_id)
+        for topic in keep:
+            self.handle_subscription(peer_id, rpc_pb2.RPC.SubOpts(subscribe=True, topicid=topic))
+
     # ---- messages: cheap gates, signature, then py-libp2p's path --------------------
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
         try:
             if msg_forwarder != self.my_id and not self._admit(msg_forwarder, msg):
                 return
+            if self._inbound.get(msg_forwarder, (0, False))[1] and not self._is_msg_seen(msg):
+                self._counters.add("msgs_in_via_relay")  # first copy, over a relayed conn
             await super().push_msg(msg_forwarder, msg)
         # py-libp2p runs push_msg as a service task: an exception here would stop the
         # pubsub service (and the node). Whatever a message makes it raise drops that

@@ -24,7 +24,8 @@ Invariants:
   with capped exponential backoff forever and never stalls anything else.
 - Peers are learned from the DHT (lookups through whoever we are connected to),
   gossipsub peer exchange and mDNS, and dialled until ``target_peers`` are connected,
-  so the mesh survives a bootstrap node going away.
+  so the mesh survives a bootstrap node going away. A peer that cannot be dialled
+  directly is dialled through a relay it advertises (``nat.NatTraversal``).
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Counters, Inbox, Outbox, Received
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, MAX_RPC_BYTES, HardenedPubsub, topic_for
+from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
 from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, WireError, decode_batch
 from swarmnode.ratelimit import PeerBuckets, quiet_network_logs
@@ -112,6 +114,7 @@ class P2PHost:
         self.host: Any = None
         self.gossipsub: GossipSub | None = None
         self.dht: KadDHT | None = None
+        self.nat = NatTraversal(cfg, counters, psk)
 
     # ---- thread-safe entry points (called via TrioToken.run_sync_soon) ----------
 
@@ -138,6 +141,7 @@ class P2PHost:
             announce_addrs=[multiaddr.Multiaddr(a) for a in cfg.announce] or None,
             negotiate_timeout=int(max(1, cfg.dial_timeout_s)),
         )
+        self.nat.attach(host)  # circuit addresses join what the host advertises
         gossipsub = GossipSub(
             protocols=list(GOSSIP_PROTOCOLS),
             degree=cfg.mesh_degree,
@@ -172,6 +176,7 @@ class P2PHost:
                 await stack.enter_async_context(background_trio_service(gossipsub))
                 with trio.fail_after(self.cfg.dial_timeout_s):
                     await pubsub.wait_until_ready()
+                await self.nat.start(stack)
                 if self.cfg.dht:
                     self.dht = KadDHT(host, DHTMode.SERVER)
                     await stack.enter_async_context(background_trio_service(self.dht))
@@ -183,6 +188,7 @@ class P2PHost:
                     nursery.start_soon(self._publish_loop, pubsub)
                     nursery.start_soon(self._discovery_loop)
                     nursery.start_soon(self._snapshot_loop, pubsub)
+                    nursery.start_soon(self.nat.run)
                     for text in self.cfg.bootstrap:
                         nursery.start_soon(self._keep_bootstrap, text)
                     self._refresh_snapshot(pubsub)
@@ -403,7 +409,7 @@ class P2PHost:
         ]
         random.shuffle(candidates)
         for peer in candidates[: max(0, want)]:
-            if await self._dial(PeerInfo(peer, store.addrs(peer)), "peer_dial"):
+            if await self._dial_peer(peer, store.addrs(peer)):
                 self._dial_backoff.pop(peer, None)
             else:
                 delay = min(self._dial_backoff.get(peer, (0.0, 1.0))[1] * 2, 300.0)
@@ -411,6 +417,13 @@ class P2PHost:
         if len(self._dial_backoff) > 4096:  # forget the stalest entries; bounded memory
             for peer in sorted(self._dial_backoff, key=lambda p: self._dial_backoff[p][0])[:2048]:
                 del self._dial_backoff[peer]
+
+    async def _dial_peer(self, peer: ID, addrs: list[multiaddr.Multiaddr]) -> bool:
+        """Directly if it has direct addresses, else (or if that fails) through a relay."""
+        direct = [a for a in addrs if "/p2p-circuit" not in str(a)]
+        if direct and await self._dial(PeerInfo(peer, direct), "peer_dial"):
+            return True
+        return len(direct) < len(addrs) and await self.nat.dial_relayed(peer, addrs)
 
     def _trim_router_state(self) -> None:
         """Bound gossipsub's equivocation map: py-libp2p keeps up to 1000 full messages
@@ -436,6 +449,7 @@ class P2PHost:
             "dht_routing_table": self.dht.get_routing_table_size() if self.dht else 0,
             "peer_scores": self.scores.snapshot(),
             "graylisted": sorted(p.to_base58() for p in self._blacklisted),
+            "nat": self.nat.snapshot(),
             "updated_at": time.time(),
         }
 

@@ -227,6 +227,8 @@ class GossipTransport(Transport):
             "dht_routing_table": snap.get("dht_routing_table", 0),
             "peer_scores": snap.get("peer_scores", {}),  # lowest first; see p2p.peerscore
             "graylisted": snap.get("graylisted", []),
+            # reachability (AutoNAT), relay slots held/served, direct vs relayed peers
+            "nat": snap.get("nat", {}),
             "msgs_in": counters.get("msgs_in", 0),
             "msgs_out": counters.get("msgs_out", 0),
             "bytes_in": counters.get("bytes_in", 0),

@@ -1,0 +1,165 @@
+"""NAT traversal in one process on loopback: relay reservations and relayed gossip,
+AutoNAT's honest dial-back, the config, the status views.
+
+No real NAT here (tests/test_nat.py builds one with network namespaces): the two
+nodes announce an unroutable address (TEST-NET-1), so the only way they reach each
+other is the circuit address they advertise through the relay. Hole punching is
+off: on loopback DCUtR could succeed and the test would not know which path ran.
+Every wait polls with a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import multiaddr
+import pytest
+import trio
+from libp2p.peer.id import ID
+
+from swarmnode.config import ConfigError, parse_config
+from swarmnode.p2p.identity import create_psk
+from swarmnode.p2p.nat import split_circuit
+from swarmnode.p2p.transport import GossipTransport
+from swarmnode.report import format_peers, format_status
+from tests.helpers import batch, swarm_cfg, wait_for
+
+UNROUTABLE = "/ip4/192.0.2.1/tcp/9"  # TEST-NET-1: a dial there only times out
+
+
+def in_trio(t: GossipTransport, fn: Any, *args: Any) -> Any:
+    """Run ``await fn(*args)`` in the transport's trio thread (from a worker thread)."""
+    return trio.from_thread.run(fn, *args, trio_token=t._token)
+
+
+def bare(t: GossipTransport) -> multiaddr.Multiaddr:
+    """The transport's first listen address without /p2p/<id>."""
+    return multiaddr.Multiaddr(t.stats()["listen_addrs"][0].split("/p2p/")[0])
+
+
+@pytest.mark.parametrize("private", [False, True], ids=["public", "psk"])
+def test_nodes_that_cannot_dial_each_other_share_through_a_relay(
+    tmp_path: Path, private: bool
+) -> None:
+    """Also inside a private swarm: the relayed connection is PSK-protected end to
+    end, which needs the PSK wrapped on the dialling side too."""
+    psk = None
+    if private:
+        psk = str(tmp_path / "swarm.key")
+        create_psk(Path(psk))
+
+    async def main() -> None:
+        # The relay belongs to another swarm: it carries no rollouts of ours itself.
+        relay = GossipTransport(
+            swarm_cfg(name="relays", relay={"serve": True}, psk_file=psk), tmp_path / "r"
+        )
+        await relay.start()
+        addr = relay.info.listen_addrs[0]  # type: ignore[union-attr]
+        kw: dict[str, Any] = dict(
+            psk_file=psk,
+            bootstrap=[addr],
+            announce=[UNROUTABLE],
+            dial_timeout_s=2.0,
+            relay={"use": True, "hole_punch": False},
+        )
+        a = GossipTransport(swarm_cfg(**kw), tmp_path / "a")
+        b = GossipTransport(swarm_cfg(**kw), tmp_path / "b")
+        try:
+            await a.start()
+            await b.start()
+            await wait_for(lambda: b.peer_id in a.stats()["connected_peers"], "A-B connection")
+            sa = a.stats()
+            assert sa["nat"]["connections"][b.peer_id] == "relayed"
+            assert [r["relay"] for r in sa["nat"]["relay_reservations"]] == [relay.peer_id]
+            circuit = f"/p2p/{relay.peer_id}/p2p-circuit/p2p/{a.peer_id}"
+            assert any(x.endswith(circuit) for x in sa["listen_addrs"]), sa["listen_addrs"]
+
+            got: dict[str, int] = {"a": 0, "b": 0}
+
+            async def both_heard() -> bool:
+                await a.publish(batch(len(got) + got["a"]))
+                await b.publish(batch(len(got) + got["b"]))
+                got["a"] += sum(r.peer_id == b.peer_id for r in a.drain())
+                got["b"] += sum(r.peer_id == a.peer_id for r in b.drain())
+                return got["a"] > 0 and got["b"] > 0
+
+            for _ in range(120):
+                if await both_heard():
+                    break
+                await asyncio.sleep(0.25)
+            assert got["a"] > 0 and got["b"] > 0, got
+            for t in (a, b):
+                assert t.stats()["counters"].get("msgs_in_via_relay", 0) > 0
+            rs = relay.stats()
+            assert rs["msgs_in"] == 0 and rs["nat"]["relay_reservations_served"] == 2
+            # Reachability on loopback: every node is dialled back, so all read public.
+            await wait_for(
+                lambda: all(t.stats()["nat"]["reachability"] == "public" for t in (a, b, relay)),
+                "AutoNAT verdicts",
+            )
+            text = format_peers({"swarm": a.stats()})
+            assert f"{b.peer_id}  relayed" in text and "reachability: public" in text
+            assert "relay slots: " in format_status({"swarm": a.stats()})
+            assert "relaying for others: 2 slots" in format_peers({"swarm": relay.stats()})
+        finally:
+            for t in (a, b, relay):
+                await t.stop()
+
+    asyncio.run(main())
+
+
+def test_autonat_dial_back_is_a_fresh_connection_with_the_right_key(tmp_path: Path) -> None:
+    """py-libp2p's server answered OK for any connected peer (host.connect returns the
+    existing connection); ours dials anew and needs the asking peer's Noise key."""
+
+    async def main() -> None:
+        server = GossipTransport(swarm_cfg(), tmp_path / "s")
+        a = GossipTransport(swarm_cfg(), tmp_path / "a")
+        other = GossipTransport(swarm_cfg(), tmp_path / "o")
+        for t in (server, a, other):
+            await t.start()
+        try:
+            reach = server._host.nat.reach  # type: ignore[union-attr]
+            assert reach is not None
+            a_addr, o_addr = (bare(t) for t in (a, other))
+            closed = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/9")
+            a_id = ID.from_base58(a.peer_id)
+
+            def dial(addrs: list[multiaddr.Multiaddr]) -> Any:
+                raw = [x.to_bytes() for x in addrs]
+                return in_trio(server, reach.server._try_dial, a_id, raw)
+
+            assert await asyncio.to_thread(dial, [a_addr]) == a_addr.to_bytes()
+            assert await asyncio.to_thread(dial, [o_addr]) is None  # another key answers
+            assert await asyncio.to_thread(dial, [closed]) is None
+            counters = server.stats()["counters"]
+            assert counters["autonat.served_ok"] == 1
+            assert counters["autonat.served_unreachable"] == 2
+            assert server.stats()["connected_peers"] == []  # dial-backs never join the swarm
+        finally:
+            for t in (server, a, other):
+                await t.stop()
+
+    asyncio.run(main())
+
+
+def test_split_circuit_refuses_what_is_not_a_circuit_address() -> None:
+    relay = "12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X"
+    parts = split_circuit(multiaddr.Multiaddr(f"/ip4/1.2.3.4/tcp/1/p2p/{relay}/p2p-circuit"))
+    assert parts is not None and str(parts[0]) == "/ip4/1.2.3.4/tcp/1" and parts[2] is None
+    assert split_circuit(multiaddr.Multiaddr("/ip4/1.2.3.4/tcp/1/p2p-circuit")) is None
+
+
+def test_relay_config() -> None:
+    base = {"swarm": {"enabled": True}}
+    assert parse_config(base).swarm.relay.use == "auto"
+    assert parse_config(base).swarm.relay.serve is False  # opt-in
+    for value in (True, False, "auto"):
+        cfg = parse_config({"swarm": {"enabled": True, "relay": {"use": value}}})
+        assert cfg.swarm.relay.use == value
+    with pytest.raises(ConfigError, match=r"swarm\.relay\.use"):
+        parse_config({"swarm": {"relay": {"use": "sometimes"}}})
+    with pytest.raises(ConfigError, match=r"swarm\.relay\.max_circuit_s"):
+        parse_config({"swarm": {"relay": {"max_circuit_s": 1}}})

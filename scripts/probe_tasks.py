@@ -6,6 +6,10 @@ round does, and answers the same items greedily. Printed per candidate:
 
 - strict: share of sampled completions scoring 1.0 (partial credit does not count);
 - mean: mean reasoning-gym score (partial credit included);
+- partial_only_signal: share of groups whose rewards spread only through partial
+  credit (trained on if partial credit were the reward, yet nobody was right);
+- wrong_pushed_up: with partial credit as the reward, share of the completions given
+  a positive advantage that are not right (what partial credit would teach);
 - signal: share of groups whose rewards spread (would be trained on);
 - greedy: strict accuracy of the greedy answer;
 - distinct: distinct questions among ``--space`` items (is held-out really unseen?);

@@ -35,6 +35,7 @@ from swarmnode.checkpoint import Checkpointer
 from swarmnode.config import Config
 from swarmnode.generate import inference_weights, sample
 from swarmnode.groups import ItemRef
+from swarmnode.grpo import group_advantages
 from swarmnode.model import load_policy
 from swarmnode.progress import progress
 from swarmnode.rewards import accuracy_reward, extract_answer
@@ -167,9 +168,12 @@ def probe_signal(cfg: Config, policy: Any, n: int) -> dict[str, float]:
     """What an untrained round would see: ``n`` items of ``cfg``'s mix, G samples each.
 
     Returns strict (share of completions scoring 1.0), mean (mean score, partial
-    credit included), signal (share of groups with both right and wrong answers:
-    task signal, whatever the format reward adds), greedy (strict
-    accuracy of the greedy answer on the same items) and tokens_generated.
+    credit included), partial_only_signal (share of groups with signal only through
+    partial credit), wrong_pushed_up (with partial credit as the reward: share of
+    the completions given a positive advantage that are not right), signal (share of
+    groups with both right and wrong answers: task signal, whatever the format reward
+    adds), greedy (strict accuracy of the greedy answer on the same items) and
+    tokens_generated.
     """
     trainer = Trainer(cfg, policy)
     groups, stats = trainer.rollout(1)
@@ -185,9 +189,20 @@ def probe_signal(cfg: Config, policy: Any, n: int) -> dict[str, float]:
         accuracy_reward(t, trainer.tasks.regenerate(g.ref))
         for g, t in zip(groups, texts, strict=True)
     ]
+    # What partial credit would teach: groups whose only spread is partial scores, and
+    # completions pushed up (positive advantage) that are not right.
+    partial_only = sum(
+        len({x >= 1.0 for x in v}) == 1 and any(a != 0 for a in group_advantages(v))
+        for v in per_group
+    )
+    pushed = [
+        (x, a) for v in per_group for x, a in zip(v, group_advantages(v), strict=True) if a > 0
+    ]
     return {
         "strict": sum(s >= 1.0 for s in scores) / len(scores),
         "mean": sum(scores) / len(scores),
+        "partial_only_signal": partial_only / len(groups),
+        "wrong_pushed_up": sum(x < 1.0 for x, _ in pushed) / len(pushed) if pushed else 0.0,
         "signal": sum(len({x >= 1.0 for x in v}) > 1 for v in per_group) / len(groups),
         "greedy": sum(s >= 1.0 for s in greedy) / len(greedy),
         "tokens_generated": float(stats.tokens),

@@ -163,3 +163,53 @@ def test_relay_config() -> None:
         parse_config({"swarm": {"relay": {"use": "sometimes"}}})
     with pytest.raises(ConfigError, match=r"swarm\.relay\.max_circuit_s"):
         parse_config({"swarm": {"relay": {"max_circuit_s": 1}}})
+
+
+class FakeStream:
+    """A stream that yields ``chunks`` then EOF; records writes and closes."""
+
+    def __init__(self, chunks: list[bytes] | None = None) -> None:
+        self.chunks = list(chunks or [])
+        self.written: list[bytes] = []
+        self.closed = False
+
+    async def read(self, n: int = -1) -> bytes:
+        if self.closed:
+            raise ConnectionError("closed")
+        return self.chunks.pop(0) if self.chunks else b""
+
+    async def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    async def close(self) -> None:
+        self.closed = True
+
+    async def reset(self) -> None:
+        self.closed = True
+
+
+class _StubHost:
+    def get_peerstore(self) -> None:
+        return None
+
+
+def test_a_circuit_ending_leaves_the_other_circuits_of_its_peer_alone() -> None:
+    """py-libp2p's pump closed the streams registered under the peer id on exit:
+    those of the *latest* circuit with that peer, not its own."""
+    from swarmnode.p2p.relay import RelayService
+
+    relay = RelayService(_StubHost(), allow_hop=True)  # type: ignore[arg-type]
+    b = ID.from_base58("12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X")
+    src1, dst1 = FakeStream([b"hello", b"world"]), FakeStream()
+    src2, dst2 = FakeStream(), FakeStream()  # circuit 2, busy elsewhere
+    relay._active_relays[b] = (src2, dst2)  # circuit 2 registered last under B
+    budget = [8]  # bytes both directions may still carry
+
+    async def main() -> None:
+        await relay._relay_data(src1, dst1, b, None, budget)
+
+    trio.run(main)
+    assert dst1.written == [b"hello"]  # "world" would exceed the byte budget
+    assert src1.closed and dst1.closed
+    assert not src2.closed and not dst2.closed  # the other circuit lives
+    assert relay._active_relays[b] == (src2, dst2) and relay.circuits == 0

@@ -8,7 +8,7 @@ advertise such addresses through their relay, and lets DCUtR (``holepunch``) try
 to replace a relayed connection with a direct one.
 
 Only the standard protocols: ``/libp2p/circuit/relay/0.2.0/hop`` and ``/stop``
-(py-libp2p's ``CircuitV2Protocol`` serves both), ``/libp2p/dcutr``,
+(``relay.RelayService`` serves both), ``/libp2p/dcutr``,
 ``/libp2p/autonat/1.0.0`` (``autonat.Reachability``). The reservation and connect
 exchanges are written here on py-libp2p's protobufs: its client transport also
 reserves on every dial and retries through stored addresses without bounds.
@@ -43,7 +43,6 @@ from libp2p.peer.peerinfo import PeerInfo
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
 from libp2p.relay.circuit_v2.pb.circuit_pb2 import PeerId as CircuitPeerId
 from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID as HOP_PROTOCOL
-from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
 from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
@@ -54,6 +53,7 @@ from swarmnode.config import SwarmConfig
 from swarmnode.p2p.autonat import PUBLIC, Reachability, is_relayed
 from swarmnode.p2p.bridge import Counters
 from swarmnode.p2p.holepunch import ListenerDrivenDCUtR
+from swarmnode.p2p.relay import RelayService
 
 log = logging.getLogger("swarmnode.p2p")
 # py-libp2p's relay service logs the normal end of every HOP stream and circuit (EOF,
@@ -99,7 +99,7 @@ class NatTraversal:
         self.psk = psk
         self.host: Any = None
         self.reach: Reachability | None = None
-        self.protocol: CircuitV2Protocol | None = None
+        self.protocol: RelayService | None = None
         self.dcutr: ListenerDrivenDCUtR | None = None
         self._bootstrap_ids: list[ID] = []
         for text in cfg.bootstrap:
@@ -165,11 +165,8 @@ class NatTraversal:
                 max_reservations=rc.max_reservations,
                 reservation_ttl=RESERVATION_TTL_S,
             )
-            timeout = int(max(1, self.cfg.dial_timeout_s))
             # HOP (relaying for others) only with serve; STOP (being reached) always.
-            self.protocol = CircuitV2Protocol(
-                host, limits, allow_hop=rc.serve, read_timeout=timeout, write_timeout=timeout
-            )
+            self.protocol = RelayService(host, limits, allow_hop=rc.serve)
             await stack.enter_async_context(background_trio_service(self.protocol))
         if self.relaying and rc.hole_punch:
             timeout = int(max(1, self.cfg.dial_timeout_s))
@@ -373,8 +370,7 @@ class NatTraversal:
         if self.protocol is not None and self.rcfg.serve:
             rm = self.protocol.resource_manager  # live = unexpired, holder still connected
             served = sum(1 for p in list(rm._reservations) if rm.get_reservation(p))
-            legs = list(self.protocol._active_relays.values())  # (source, destination)
-            circuits = sum(1 for _, dst in legs if dst is not None)
+            circuits = self.protocol.circuits
         kinds = self.connection_kinds() if self.host is not None else {}
         return {
             "reachability": self.reach.snapshot()["status"] if self.reach else "unknown",

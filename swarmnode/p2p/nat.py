@@ -60,6 +60,19 @@ log = logging.getLogger("swarmnode.p2p")
 # reset) as an error, several lines each; the relay's own figures are in snapshot().
 logging.getLogger("libp2p.relay.circuit_v2.protocol").setLevel(logging.CRITICAL)
 
+
+class _StaleRecordNoise(logging.Filter):
+    """py-libp2p's DHT logs this error whenever a peer hands it a signed peer record
+    older than the one it holds: what happens each time a node's addresses change (a
+    relay slot won or lost) while peers still pass its previous record around. The
+    newer record is kept either way. (A record that fails to parse logs another text.)"""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return record.msg != "Failed to update the Certified-Addr-Book"
+
+
+logging.getLogger("libp2p.kad_dht.utils").addFilter(_StaleRecordNoise())
+
 RESERVATION_TTL_S = 3600  # what a relay grants; a held one is renewed REFRESH_S before
 REFRESH_S = 300
 CHECK_S = 5.0  # how often reservations are looked at

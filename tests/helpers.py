@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -159,13 +159,14 @@ LIVE: list[Proc] = []  # for stack dumps when a wait times out
 class Proc:
     """One ``swarmnode start`` process and its data directory."""
 
-    def __init__(self, config: Path, data: Path) -> None:
+    def __init__(self, config: Path, data: Path, prefix: Sequence[str] = ()) -> None:
+        """``prefix``: a command to run the node under, e.g. ``ip netns exec NAME``."""
         self.data = data
         self.log = data.parent / f"{data.name}.log"
         if self.log.exists():  # a restart: keep the earlier run's log
             self.log.rename(self.log.with_suffix(f".{time.monotonic_ns()}.log"))
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(config)],
+            [*prefix, sys.executable, "-m", "swarmnode.cli", "start", "--config", str(config)],
             cwd=REPO,
             env=ENV,
             stdout=subprocess.DEVNULL,

@@ -14,6 +14,8 @@ Invariants:
 - Cheap checks first, each counted: graylisted forwarder or originator, seen before,
   the forwarder's message rate; only then the signature (Ed25519 verify), then the
   topic validator (the host's: origin rates, ``decode_batch``).
+- A restarted node's seqnos never repeat its earlier life's (they start at the start
+  time in nanoseconds), so peers' seen caches do not drop its new messages.
 - Validated messages on a topic with a ``deliver`` hook go straight to it (the
   host's bounded inbox): py-libp2p's 32-slot subscription channel, which overflowed
   silently under a flood, is bypassed. Any other subscription's overflow is counted
@@ -25,6 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -81,6 +84,11 @@ class HardenedPubsub(Pubsub):
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
+        # Seqnos count up from the start time: py-libp2p starts at int(time.time()), so a
+        # node that published over one message a second and restarted with the same
+        # key reused seqnos its peers still held as seen (120 s) and was not heard.
+        # Nanoseconds stay ahead of any earlier life (uint64 lasts until 2554).
+        self.counter = time.time_ns()
         self._counters = counters
         self.scores = scores or PeerScores()
         self._forwarders = PeerBuckets(forwarder_msgs_per_s, 2 * forwarder_msgs_per_s)

@@ -24,6 +24,8 @@ Invariants:
   waits on the loop (cancellable) before the next offer, and newer messages wait in
   the transport's bounded, drop-oldest inbox, which counts what it drops. The share
   is ``ingest_time_share`` in each round record and in status.
+- Start-up costs are not charged to the share: the pump imports reasoning-gym before
+  its first offer.
 - Every wait has a timeout: the transport is polled every ``POLL_S``; an offer
   slower than ``SLOW_OFFER_S`` is logged (and waited for: it is bounded work, and a
   second concurrent one would break the invariant above).
@@ -54,6 +56,7 @@ from swarmnode.ingest_guard import IngestGuard
 from swarmnode.metrics import RoundRecord
 from swarmnode.p2p.wire import WireError, decode_batch, encode_batch
 from swarmnode.swarmview import PeerBook
+from swarmnode.tasks import preload
 from swarmnode.transport import Transport, TransportError
 
 log = logging.getLogger("swarmnode.exchange")
@@ -158,6 +161,10 @@ class RolloutExchange:
 
     async def _pump(self) -> None:
         transport, guard = self.transport, self.guard
+        # The first regeneration would import reasoning-gym inside the first offer and
+        # charge seconds of start-up to the time share, which then held every peer's
+        # groups back for a whole window (a restarted node trained alone ~30 s).
+        await asyncio.to_thread(preload)
         while True:
             item = await transport.receive(timeout=POLL_S)
             if not transport.running:

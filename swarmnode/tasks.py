@@ -110,6 +110,12 @@ def _check_ref(ref: object) -> tuple[str, str, int, int]:
     return name, text, seed, index
 
 
+def preload() -> None:
+    """Import reasoning-gym now: its import takes seconds (more while a model loads), a
+    one-off cost that a caller with a time budget (ingestion) pays before counting."""
+    import reasoning_gym  # noqa: F401
+
+
 @lru_cache(maxsize=CACHE_SIZE)
 def _dataset(name: str, config_json: str, seed: int) -> Any:
     """Build (once per LRU slot) the dataset object; raises TaskError."""

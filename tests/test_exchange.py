@@ -112,6 +112,38 @@ def test_pump_verifies_what_peers_publish_and_refuses_held_out_items(tmp_path: P
     asyncio.run(main())
 
 
+def test_start_up_cost_is_not_charged_to_the_ingestion_budget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The first offer used to import reasoning-gym (seconds while a model loads) inside
+    the time budget, which then held every peer's groups back for a 30 s window: a
+    restarted node trained alone (tests/test_churn.py). The pump imports it first."""
+    preloaded: list[float] = []
+
+    def slow_preload() -> None:
+        time.sleep(0.5)
+        preloaded.append(time.monotonic())
+
+    monkeypatch.setattr("swarmnode.exchange.preload", slow_preload)
+
+    async def main() -> None:
+        net = MemoryNetwork()
+        cfg = _config(tmp_path)
+        a, b = Side(net, "A", cfg), Side(net, "B", cfg)
+        await a.exchange.start()
+        await b.exchange.start()
+        try:
+            await a.exchange.publish(1, [make_group(1, created=time.time())])
+            await wait_for(lambda: b.queue.stats.accepted == 1, "B to verify A's group")
+            assert len(preloaded) == 2  # each pump, before its first offer
+            assert b.exchange.guard.report()["ingest_busy_s"] < 0.5
+        finally:
+            await a.exchange.stop()
+            await b.exchange.stop()
+
+    asyncio.run(main())
+
+
 @pytest.mark.filterwarnings("ignore:non-integer arguments to randrange")
 def test_catalog_compares_config_values_not_their_encoding(tmp_path: Path) -> None:
     """A peer whose encoder writes a whole float as an int (JavaScript does) is in catalog."""

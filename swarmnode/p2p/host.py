@@ -20,6 +20,8 @@ Invariants:
   below ``graylist_score`` is disconnected and blacklisted for ``graylist_s``.
 - Validated messages go straight into the bounded inbox (drop-oldest, counted):
   no unbounded or silently-dropping queue in between.
+- A peer that stops answering pings (a path cut without a reset) is disconnected
+  within about half a minute (``liveness``), and so redialled once reachable.
 - Every dial and every wait has a timeout; an unreachable bootstrap node is retried
   with capped exponential backoff forever and never stalls anything else.
 - Peers are learned from the DHT (lookups through whoever we are connected to),
@@ -56,6 +58,7 @@ from libp2p.tools.anyio_service import background_trio_service
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Counters, Inbox, Outbox, Received
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, MAX_RPC_BYTES, HardenedPubsub, topic_for
+from swarmnode.p2p.liveness import Liveness
 from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
 from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, WireError, decode_batch
@@ -184,6 +187,7 @@ class P2PHost:
                 pubsub.set_deliver(self.topic, self._deliver)
                 await pubsub.subscribe(self.topic)
                 async with trio.open_nursery() as nursery:
+                    nursery.start_soon(Liveness(host, self.counters, self.cfg.dial_timeout_s).run)
                     nursery.start_soon(self._enforce_loop, pubsub)
                     nursery.start_soon(self._publish_loop, pubsub)
                     nursery.start_soon(self._discovery_loop)

@@ -1,0 +1,130 @@
+"""Liveness (swarmnode/p2p/liveness.py) against a fake host: who is pinged, who is cut.
+
+The real thing, a path cut between network namespaces: tests/test_partition.py (slow).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from libp2p.peer.id import ID
+
+from swarmnode.p2p.bridge import Counters
+from swarmnode.p2p.liveness import Liveness
+
+ALIVE, DEAD, MUTE, STUCK = ID(b"alive"), ID(b"dead"), ID(b"mute"), ID(b"stuck")
+
+
+class EchoStream:
+    """A ping stream whose far end answers: what is written is read back."""
+
+    def __init__(self) -> None:
+        self.buffer = b""
+
+    async def write(self, data: bytes) -> None:
+        self.buffer += data
+
+    async def read(self, n: int) -> bytes:
+        out, self.buffer = self.buffer[:n], self.buffer[n:]
+        return out
+
+    async def reset(self) -> None:
+        return None
+
+
+class SilentStream(EchoStream):
+    """Opens, then never answers (the path died after the connection was made)."""
+
+    async def read(self, n: int) -> bytes:
+        await trio.sleep_forever()
+        raise AssertionError("unreachable")
+
+
+class Conn:
+    """A connection whose socket can be closed (``secured_conn.close``)."""
+
+    def __init__(self, closed: trio.Event) -> None:
+        self.muxed_conn = self
+        self.secured_conn = self
+        self.closed = closed
+
+    async def close(self) -> None:
+        self.closed.set()
+
+
+class FakeHost:
+    """Peers in ``answering`` answer. Else DEAD never opens a stream, MUTE opens one
+    and never answers, and STUCK's stream cleanup hangs, shielded from cancellation,
+    until its socket is closed (py-libp2p behind a full send buffer)."""
+
+    def __init__(self) -> None:
+        self.connected = {ALIVE, DEAD, MUTE, STUCK}
+        self.answering = {ALIVE}
+        self.socket_closed = {p: trio.Event() for p in self.connected}
+        self.disconnected: list[ID] = []
+
+    def get_connected_peers(self) -> list[ID]:
+        return sorted(self.connected, key=str)
+
+    def get_network(self) -> FakeHost:
+        return self
+
+    def get_connections(self, peer: ID) -> list[Conn]:
+        return [Conn(self.socket_closed[peer])] if peer in self.connected else []
+
+    async def new_stream(self, peer: ID, protocols: list[Any]) -> EchoStream:
+        if peer in self.answering:
+            return EchoStream()
+        if peer == DEAD:
+            await trio.sleep_forever()
+        if peer == STUCK:
+            with trio.CancelScope(shield=True):
+                await self.socket_closed[peer].wait()
+            raise ConnectionError("socket closed")
+        return SilentStream()
+
+    async def disconnect(self, peer: ID) -> None:
+        self.disconnected.append(peer)
+        self.connected.discard(peer)
+
+
+def test_peers_are_cut_after_missing_pings_in_a_row_and_a_live_one_never() -> None:
+    async def main() -> None:
+        host, counters = FakeHost(), Counters()
+        live = Liveness(host, counters, timeout_s=0.2, interval_s=0.0, misses=2)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                assert await live.check(nursery) == []  # one miss each: not yet
+                assert live.missed == {DEAD: 1, MUTE: 1, STUCK: 1}
+                assert STUCK in live.pending  # its ping task hangs; the round did not wait
+                await trio.sleep(0.1)  # run() waits interval_s: the timed-out pings end
+                assert set(await live.check(nursery)) == {DEAD, MUTE, STUCK}
+                assert host.connected == {ALIVE} and live.missed == {}
+                assert all(host.socket_closed[p].is_set() for p in (DEAD, MUTE, STUCK))
+                for _ in range(3):  # the live peer is never cut
+                    await trio.sleep(0.1)
+                    assert await live.check(nursery) == []
+                assert live.pending == set()  # the stuck task ended with its socket
+        snap = counters.snapshot()
+        assert snap["peers_unresponsive"] == 3 and snap["ping_missed"] == 6
+
+    trio.run(main)
+
+
+def test_an_answer_resets_the_count_and_gone_peers_are_forgotten() -> None:
+    async def main() -> None:
+        host = FakeHost()
+        host.connected.discard(STUCK)
+        live = Liveness(host, Counters(), timeout_s=0.2, interval_s=0.0, misses=2)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                await live.check(nursery)
+                assert live.missed == {DEAD: 1, MUTE: 1}
+                host.connected.discard(DEAD)  # went away by itself
+                host.answering.add(MUTE)
+                await trio.sleep(0.1)  # run() waits interval_s: the timed-out pings end
+                assert await live.check(nursery) == []
+                assert live.missed == {} and host.disconnected == []
+
+    trio.run(main)

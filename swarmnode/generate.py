@@ -67,9 +67,19 @@ def inference_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) 
 
     Every parameter that changes is swapped for a new tensor, never written in place,
     and the original objects are put back on exit: training weights stay bit-exact.
+    Memory: one sampling copy of the weights, no more. A merged weight is cast as soon
+    as it is made (the full-precision merge of every layer is never held at once), and
+    a tensor shared by several modules (tied embeddings and head) is cast once.
     """
     lora = hasattr(model, "peft_config")
+
+    def to_dtype(t: torch.Tensor) -> torch.Tensor:
+        if dtype is not None and t.is_floating_point() and t.dtype != dtype:
+            return t.to(dtype)
+        return t
+
     merged: dict[int, torch.Tensor] = {}
+    swapped: dict[int, torch.nn.Parameter] = {}  # id(original) -> its sampling copy
     saved: list[tuple[torch.nn.Module, str, torch.nn.Parameter]] = []
     with torch.no_grad():
         if lora:
@@ -77,31 +87,38 @@ def inference_weights(model: torch.nn.Module, dtype: torch.dtype | None = None) 
 
             for module in model.modules():
                 if isinstance(module, LoraLayer) and hasattr(module, "base_layer"):
-                    layer: Any = module
-                    weight = layer.base_layer.weight
-                    delta = sum(
-                        layer.get_delta_weight(name)
-                        for name in layer.active_adapters
-                        if name in layer.lora_A
-                    )
-                    if isinstance(delta, torch.Tensor):
-                        merged[id(weight)] = weight + delta.to(weight.dtype)
+                    weight = cast(torch.Tensor, module.base_layer.weight)
+                    new = _merged(module, weight)
+                    if new is not None:
+                        merged[id(weight)] = to_dtype(new)
+                        del new  # the full-precision merge: freed now, not at exit
         for module_name, module in model.named_modules():
             if "lora_" in module_name:  # adapters are switched off below: never read
                 continue
             for name, param in list(module.named_parameters(recurse=False)):
-                new = merged.get(id(param), param)
-                if dtype is not None and new.is_floating_point() and new.dtype != dtype:
-                    new = new.to(dtype)
-                if new is not param:
-                    saved.append((module, name, param))
-                    setattr(module, name, torch.nn.Parameter(new, requires_grad=False))
+                copy = swapped.get(id(param))
+                if copy is None:
+                    new = to_dtype(merged.pop(id(param), param))
+                    if new is param:
+                        continue
+                    copy = swapped[id(param)] = torch.nn.Parameter(new, requires_grad=False)
+                saved.append((module, name, param))
+                setattr(module, name, copy)
+    del merged, swapped
     try:
         with cast(Any, model).disable_adapter() if lora else nullcontext():
             yield
     finally:
         for module, name, param in saved:
             setattr(module, name, param)
+
+
+def _merged(layer: Any, weight: torch.Tensor) -> torch.Tensor | None:
+    """W + the active adapters' BA of one LoRA layer (None: no adapter active)."""
+    delta = sum(
+        layer.get_delta_weight(name) for name in layer.active_adapters if name in layer.lora_A
+    )
+    return weight + delta.to(weight.dtype) if isinstance(delta, torch.Tensor) else None
 
 
 def _pick(

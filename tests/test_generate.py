@@ -63,3 +63,34 @@ def test_bf16_sampling_restores_fp32_weights(tiny_model_dir: Path, tmp_path: Pat
         assert dtypes == {torch.bfloat16}
     after = dict(model.named_parameters())
     assert all(after[n] is before[n] and torch.equal(after[n], values[n]) for n in before)
+
+
+def test_bf16_sampling_holds_one_copy_of_the_weights(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The sampling copy costs the bf16 weights once: tied embedding and head share one
+    cast tensor, and no full-precision merge outlives its cast (docs/memory.md)."""
+    import gc
+
+    cfg = parse_config(tiny_config(tiny_model_dir, tmp_path))
+    model = load_policy(cfg.model).model
+    base = model.get_base_model()
+    assert base.lm_head.weight is base.model.embed_tokens.weight  # the tiny llama is tied
+    # named_parameters() lists a tied tensor once
+    bf16_bytes = sum(
+        p.numel() * 2 for n, p in model.named_parameters() if "lora_" not in n and p.dim() == 2
+    )
+    originals = {p.data_ptr() for p in model.parameters()}
+
+    def live(dtype: torch.dtype) -> dict[int, torch.Tensor]:
+        gc.collect()
+        return {
+            t.data_ptr(): t
+            for t in gc.get_objects()
+            if issubclass(type(t), torch.Tensor) and t.dtype == dtype and t.dim() == 2
+        }
+
+    with inference_weights(model, torch.bfloat16):
+        assert base.lm_head.weight is base.model.embed_tokens.weight
+        copies = live(torch.bfloat16)
+        merges = [t for ptr, t in live(torch.float32).items() if ptr not in originals]
+        assert sum(t.numel() * 2 for t in copies.values()) == bf16_bytes
+        assert merges == []

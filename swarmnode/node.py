@@ -53,6 +53,7 @@ from swarmnode.curriculum import Curriculum
 from swarmnode.exchange import RolloutExchange
 from swarmnode.generate import GenerationCancelled
 from swarmnode.ingest import Catalog, IngestQueue
+from swarmnode.memory import release_free_memory, tune_allocator
 from swarmnode.metrics import (
     MetricsLog,
     RoundRecord,
@@ -182,6 +183,7 @@ class Node:
         return out
 
     async def run(self) -> None:
+        tune_allocator()  # before the trainer thread's first allocation (docs/memory.md)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         control = ControlServer(self.data_dir, self.transport, self.status)
         await control.start()  # refuses a second node on the same data_dir: before any write
@@ -257,6 +259,7 @@ class Node:
             local, completed = await self._work(self.completer.prepare, groups)
         comp = await self._work(self.sampler.compose, r, local)
         step = await self._work(trainer.update, comp.groups, self.stop.is_set)
+        await self._work(release_free_memory)  # the round's freed tensors: back to the OS
         if self.curriculum is not None:  # levels for the next round
             self.curriculum.observe(groups)
         if self.collapse is not None:

@@ -119,9 +119,9 @@ def completion_logprobs(
     out = model(input_ids=prompt, **with_cache(model, cache), use_cache=True, logits_to_keep=1)
     cache.batch_repeat_interleave(n)
     first = out.logits[:, -1:].expand(n, -1, -1)  # predicts each completion's 1st token
+    head = token_logprobs(first, temperature).gather(-1, comp[:, :1, None]).squeeze(-1)
     if width == 1:
-        logits = first.float() / temperature
-        return logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1), mask
+        return head, mask
     p = len(prompt_ids)
     out = model(
         input_ids=comp[:, :-1],
@@ -130,9 +130,20 @@ def completion_logprobs(
         **with_cache(model, cache),
         use_cache=True,
     )
-    logits = torch.cat([first, out.logits], dim=1).float() / temperature
-    logp = logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
-    return logp, mask
+    logits = out.logits
+    del out  # the logits [n, L, vocab] are freed as soon as their softmax is taken
+    rest = token_logprobs(logits, temperature).gather(-1, comp[:, 1:, None]).squeeze(-1)
+    return torch.cat([head, rest], dim=1), mask
+
+
+def token_logprobs(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """``log_softmax(logits / temperature)`` in float32, without a copy of the logits
+    for the division when the temperature is 1 (the full-vocabulary logits are the
+    update's largest tensors: ~72 MiB for 8 x 48 tokens of a 49k vocabulary)."""
+    logits = logits.float()
+    if temperature != 1.0:
+        logits = logits / temperature
+    return logits.log_softmax(-1)
 
 
 def importance_weights(

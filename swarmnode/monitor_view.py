@@ -68,17 +68,18 @@ class RoundHistory:
     """The last ``HISTORY`` round records and the totals since start."""
 
     def __init__(self) -> None:
-        self.rounds: deque[RoundRecord] = deque(maxlen=HISTORY)
+        # CURVE_FIELDS' values only: a whole record is ~4x larger (a soak's RSS trend)
+        self.rounds: deque[tuple[Any, ...]] = deque(maxlen=HISTORY)
         self.totals: Counter[str] = Counter()
 
     def add(self, rec: RoundRecord) -> None:
-        self.rounds.append(rec)
+        self.rounds.append(tuple(getattr(rec, k) for k in CURVE_FIELDS))
         self.totals["rounds"] += 1
         for name, attr in TOTALS.items():
             self.totals[name] += getattr(rec, attr)
 
     def curves(self) -> list[dict[str, Any]]:
-        return [{k: getattr(r, k) for k in CURVE_FIELDS} for r in self.rounds]
+        return [dict(zip(CURVE_FIELDS, r, strict=True)) for r in self.rounds]
 
 
 def _network(transport: Any) -> dict[str, Any]:

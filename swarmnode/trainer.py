@@ -24,6 +24,7 @@ Invariants:
 from __future__ import annotations
 
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,8 @@ from swarmnode.interrupt import stop_points
 from swarmnode.model import Policy, sampling_dtype
 from swarmnode.rewards import make_scorer
 from swarmnode.tasks import TaskMix, build_messages
+
+PROMPT_CACHE = 64  # questions whose prompt ids are kept (more than one round's)
 
 
 @dataclass
@@ -63,7 +66,7 @@ class Trainer:
         tok = policy.tokenizer
         self.pad_id = int(tok.pad_token_id)
         self.eos_ids = sorted({int(tok.eos_token_id), *self._extra_eos()})
-        self._prompt_cache: dict[str, list[int]] = {}
+        self._prompt_cache: OrderedDict[str, list[int]] = OrderedDict()  # LRU
         self.completions_cut = 0  # peers' completions cut to rollout.max_new_tokens
         self._score = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
         model_dtype = next(policy.model.parameters()).dtype
@@ -79,17 +82,20 @@ class Trainer:
     # -- prompts -------------------------------------------------------------
 
     def prompt_ids(self, question: str) -> list[int]:
-        """Token ids of the chat prompt for ``question`` (bounded memo)."""
+        """Token ids of the chat prompt for ``question`` (memo of the last
+        ``PROMPT_CACHE`` questions: a round asks for its own again in the update)."""
         ids = self._prompt_cache.get(question)
-        if ids is None:
+        if ids is not None:
+            self._prompt_cache.move_to_end(question)
+        else:
             messages = build_messages(question, self.cfg.tasks.system_prompt)
             out: Any = self.policy.tokenizer.apply_chat_template(
                 messages, add_generation_prompt=True, tokenize=True
             )
             ids = list(out["input_ids"] if hasattr(out, "keys") else out)
-            if len(self._prompt_cache) >= 4096:
-                self._prompt_cache.clear()
             self._prompt_cache[question] = ids
+            if len(self._prompt_cache) > PROMPT_CACHE:  # a soak's RSS stays flat
+                self._prompt_cache.popitem(last=False)
         return ids
 
     def encode_completion(self, text: str, finished: bool = True) -> list[int]:

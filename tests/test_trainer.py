@@ -176,3 +176,72 @@ def test_a_stop_lands_inside_a_groups_backward(tiny_model_dir: Path, tmp_path: P
     after = _snapshot(trainer.policy.model, True)
     assert all(torch.equal(before[n], after[n]) for n in before)  # no optimizer step
     assert trainer.update(groups).groups_trained == 1  # the hooks are gone: trains again
+
+
+def _logprobs_with_copies(
+    model: torch.nn.Module, prompt: list[int], comps: list[list[int]], pad: int, t: float
+) -> torch.Tensor:
+    """The update's log-probs as computed before docs/memory.md: the full-vocabulary
+    logits concatenated and divided (two more copies of them); the reference."""
+    from transformers import DynamicCache
+
+    from swarmnode.generate import with_cache
+
+    n, width = len(comps), max(len(c) for c in comps)
+    comp = torch.full((n, width), pad, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    for i, c in enumerate(comps):
+        comp[i, : len(c)], mask[i, : len(c)] = torch.tensor(c), 1
+    cache = DynamicCache()
+    out = model(input_ids=torch.tensor([prompt]), **with_cache(model, cache), logits_to_keep=1)
+    cache.batch_repeat_interleave(n)
+    first = out.logits[:, -1:].expand(n, -1, -1)
+    p = len(prompt)
+    out = model(
+        input_ids=comp[:, :-1],
+        attention_mask=torch.cat([mask.new_ones((n, p)), mask[:, :-1]], dim=-1),
+        position_ids=torch.arange(p, p + width - 1).expand(n, -1),
+        **with_cache(model, cache),
+    )
+    logits = torch.cat([first, out.logits], dim=1).float() / t
+    return logits.log_softmax(-1).gather(-1, comp[..., None]).squeeze(-1)
+
+
+def test_update_logprobs_and_grads_unchanged_by_the_memory_saving(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """completion_logprobs takes one softmax of the logits, in place of a concatenated
+    and divided copy: the same log-probs and gradients, bit for bit."""
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    model, pad = trainer.policy.model, trainer.pad_id
+    trainer.update(_with_signal(trainer.rollout(1)[0]))  # make LoRA non-zero
+    prompt = trainer.prompt_ids("What is 2 + 3?")
+    gen = torch.Generator().manual_seed(0)
+    for widths in ([5, 9, 1, 7], [4, 4, 4]):
+        comps = [torch.randint(5, 300, (w,), generator=gen).tolist() for w in widths]
+        for t in (1.0, 0.7):
+            got = []
+            for fn in (completion_logprobs, _logprobs_with_copies):
+                model.zero_grad(set_to_none=True)
+                out = fn(model, prompt, comps, pad, t)
+                logp = out[0] if isinstance(out, tuple) else out
+                logp.sum().backward()
+                grads = [p.grad.clone() for p in trainer.policy.trainable_parameters()]
+                got.append((logp.detach(), grads))
+            (a, ga), (b, gb) = got
+            assert torch.equal(a, b)
+            assert all(torch.equal(x, y) for x, y in zip(ga, gb, strict=True))
+
+
+def test_prompt_memo_is_bounded(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """The prompt-ids memo keeps the last PROMPT_CACHE questions, so a node's memory
+    does not grow with the rounds (docs/memory.md); a recent question is a hit."""
+    from swarmnode.trainer import PROMPT_CACHE
+
+    trainer = _trainer(tiny_model_dir, tmp_path)
+    first = trainer.prompt_ids("What is 0 + 1?")
+    for i in range(1, 3 * PROMPT_CACHE):
+        assert trainer.prompt_ids(f"What is {i} + 1?")
+        assert trainer.prompt_ids("What is 0 + 1?") is first  # kept: used every time
+    assert len(trainer._prompt_cache) == PROMPT_CACHE
+    assert "What is 1 + 1?" not in trainer._prompt_cache  # the oldest went first

@@ -27,7 +27,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
-from swarmnode.config import EMBEDDED_MODEL, ModelConfig
+from swarmnode.config import EMBEDDED_MODEL, LoraConfig, ModelConfig
 from swarmnode.errors import SwarmnodeError
 from swarmnode.progress import progress
 
@@ -198,21 +198,25 @@ def load_policy(cfg: ModelConfig, seed: int = 0) -> Policy:
     except (OSError, ValueError) as err:
         raise ModelLoadError(f"model.name: cannot load {cfg.name!r}: {err}") from None
     tokenizer = load_tokenizer(source)
-    model = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
-    model.to(device)  # type: ignore[arg-type]
-    model.config.use_cache = True
-    if cfg.lora.enabled:
-        torch.manual_seed(seed)
-        from peft import LoraConfig as PeftLoraConfig
-        from peft import get_peft_model
-
-        peft_cfg = PeftLoraConfig(
-            r=cfg.lora.rank,
-            lora_alpha=cfg.lora.alpha,
-            lora_dropout=cfg.lora.dropout,
-            target_modules=cfg.lora.target_modules,
-            task_type="CAUSAL_LM",
-        )
-        model = get_peft_model(model, peft_cfg)  # type: ignore[assignment]
+    base = AutoModelForCausalLM.from_pretrained(source, dtype=dtype)
+    base.to(device)  # type: ignore[arg-type]
+    base.config.use_cache = True
+    model = wrap_lora(base, cfg.lora, seed) if cfg.lora.enabled else base
     model.train()
     return Policy(model=model, tokenizer=tokenizer, device=device, name=cfg.name)
+
+
+def wrap_lora(model: PreTrainedModel, lora: LoraConfig, seed: int = 0) -> PreTrainedModel:
+    """``model`` with a fresh LoRA adapter (seeded); its base weights frozen."""
+    torch.manual_seed(seed)
+    from peft import LoraConfig as PeftLoraConfig
+    from peft import get_peft_model
+
+    peft_cfg = PeftLoraConfig(
+        r=lora.rank,
+        lora_alpha=lora.alpha,
+        lora_dropout=lora.dropout,
+        target_modules=lora.target_modules,
+        task_type="CAUSAL_LM",
+    )
+    return get_peft_model(model, peft_cfg)  # type: ignore[return-value]

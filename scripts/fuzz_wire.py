@@ -197,6 +197,8 @@ class Forger:
         s = rng.random()
         if s < 0.5:
             msg.signature = self.sign(msg, self.attacker.private_key)
+            if from_id == self.attacker_id.to_bytes():  # really the attacker's, if its
+                self.signed_by_attacker.add(msg.data)  # key field doesn't spoil it
         elif s < 0.8:
             msg.signature = rng.randbytes(rng.choice([1, 64, 200]))
         # else: unsigned

@@ -33,6 +33,19 @@ def bootstrap_addr(data_dir: Path, port: int) -> str:
     return f"/ip4/127.0.0.1/tcp/{port}/p2p/{peer_id_of(key)}"
 
 
+def node_base(
+    base: dict[str, Any], name: str, data: Path, rounds: int, threads: int, model: str | None
+) -> dict[str, Any]:
+    """A copy of ``base`` as one node of a local run: its name, data dir, rounds, threads
+    and (if given) model."""
+    cfg: dict[str, Any] = yaml.safe_load(yaml.safe_dump(base))
+    cfg["node"] = {**cfg.get("node", {}), "name": name, "data_dir": str(data), "max_rounds": rounds}
+    cfg.setdefault("model", {})["threads"] = threads
+    if model:
+        cfg["model"]["name"] = model
+    return cfg
+
+
 def swarm_section(name: str, port: int, boot: str | None, enabled: bool = True) -> dict[str, Any]:
     return {
         "enabled": enabled,

@@ -56,7 +56,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from localswarm import REPO, bootstrap_addr, free_port, start_node, swarm_section
+from localswarm import REPO, bootstrap_addr, free_port, node_base, start_node, swarm_section
 from plotting import new_figure, save_figure
 from sapo_stats import mean_band, paired_diff
 
@@ -119,17 +119,7 @@ def node_config(
     port: int,
     boot: str | None,
 ) -> dict[str, Any]:
-    cfg = yaml.safe_load(yaml.safe_dump(base))
-    cfg["node"] = {
-        **cfg.get("node", {}),
-        "name": f"{name}-s{seed}-{i}",
-        "data_dir": str(data),
-        "max_rounds": args.rounds,
-    }
-    model = cfg.setdefault("model", {})
-    model["threads"] = args.threads
-    if args.model:
-        model["name"] = args.model
+    cfg = node_base(base, f"{name}-s{seed}-{i}", data, args.rounds, args.threads, args.model)
     tasks = cfg.setdefault("tasks", {})
     tasks["seed"] = 1000 * seed + 100 + i  # paired across configurations
     if args.hetero:  # each node mostly its own dataset, as in a swarm of different users

@@ -40,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from localswarm import REPO, bootstrap_addr, free_port, start_node, swarm_section
+from localswarm import REPO, bootstrap_addr, free_port, node_base, start_node, swarm_section
 from plotting import new_figure, save_figure
 
 sys.path.insert(0, str(REPO))
@@ -101,17 +101,7 @@ def node_config(
     base: dict[str, Any], args: argparse.Namespace, i: int, data: Path, boot: str | None
 ) -> tuple[dict[str, Any], str | None]:
     """Node i's config (and, for node 0 of a swarm, its bootstrap address for the rest)."""
-    cfg: dict[str, Any] = yaml.safe_load(yaml.safe_dump(base))
-    cfg["node"] = {
-        **cfg.get("node", {}),
-        "name": f"soak-{i}",
-        "data_dir": str(data),
-        "max_rounds": args.rounds,
-    }
-    model = cfg.setdefault("model", {})
-    model["threads"] = args.threads
-    if args.model:
-        model["name"] = args.model
+    cfg = node_base(base, f"soak-{i}", data, args.rounds, args.threads, args.model)
     if args.quick:
         cfg["rollout"] = {
             **cfg.get("rollout", {}),

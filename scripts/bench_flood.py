@@ -224,20 +224,31 @@ def run_flooder(target: str, identities: int, seconds: float, rate: float, group
                 elif i % 20 == 0:
                     await trio.sleep(0)
 
+    def figures() -> str:
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        out: dict[str, Any] = {"sent": sum(sent), "sent_by": sent, "published": sum(published)}
+        out.update(queue_dropped=sum(queue_dropped), failed=sum(failed), redials=sum(redials))
+        out["cpu_s"] = round(cpu.ru_utime + cpu.ru_stime, 1)
+        return json.dumps(out)
+
+    async def report(all_ready: trio.Event) -> None:
+        """The figures every 2 s: a flooder stuck in a write still leaves its count."""
+        await all_ready.wait()
+        while True:
+            await trio.sleep(2)
+            print(figures(), flush=True)
+
     async def main() -> None:
         all_ready, stop_at = trio.Event(), []  # type: ignore[var-annotated]
         async with trio.open_nursery() as nursery:
+            nursery.start_soon(report, all_ready)
             for k in range(identities):
                 nursery.start_soon(one, k, all_ready, stop_at)
 
     try:
         trio.run(main)
     finally:
-        cpu = resource.getrusage(resource.RUSAGE_SELF)
-        out: dict[str, Any] = {"sent": sum(sent), "sent_by": sent, "published": sum(published)}
-        out.update(queue_dropped=sum(queue_dropped), failed=sum(failed), redials=sum(redials))
-        out["cpu_s"] = round(cpu.ru_utime + cpu.ru_stime, 1)
-        print(json.dumps(out), flush=True)
+        print(figures(), flush=True)
 
 
 # ---- the measuring side -------------------------------------------------------------
@@ -246,6 +257,8 @@ def run_flooder(target: str, identities: int, seconds: float, rate: float, group
 def counted_in(status: dict[str, Any]) -> int:
     """Every inbound message the victim counted: delivered, dropped or rejected."""
     c = status["swarm"]["counters"]
+    if "msgs_read" in c:  # every message read off a stream, before any gate
+        return int(c["msgs_read"])
     return c.get("msgs_in", 0) + sum(
         v for k, v in c.items() if k.startswith(("dropped.", "rejected.")) and "groups" not in k
     )
@@ -298,6 +311,12 @@ class Victim:
     def status(self) -> dict[str, Any]:
         return query_status(self.data, timeout=10.0)
 
+    def cpu_s(self) -> float:
+        """CPU seconds the node process has used (all its threads): what a flood costs
+        the node itself, apart from the attacker's own CPU on this shared machine."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     async def wait_rounds(self, n: int, timeout: float) -> list[RoundRecord]:
         deadline = time.monotonic() + timeout
         while len(recs := self.rounds()) < n:
@@ -342,6 +361,7 @@ async def phase(
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
     st0, log0, t0 = victim.status(), victim.log.stat().st_size, time.monotonic()
+    cpu0 = victim.cpu_s()
     before, pub0 = victim.rounds(), honest_published[0]
     graylisted_at: dict[str, float] = {}
     while (now := time.monotonic()) < t0 + seconds:
@@ -351,12 +371,18 @@ async def phase(
                 graylisted_at[p] = round(now - t0, 1)
         await asyncio.sleep(1.0)
     st1, log1, t1 = victim.status(), victim.log.stat().st_size, time.monotonic()
+    cpu1 = victim.cpu_s()
     recs = [before[-1], *victim.rounds()[len(before) :]]
     out: dict[str, Any] = {}
     if flooder is not None:
         flooder.send_signal(signal.SIGINT)  # trio: KeyboardInterrupt, then the figures
-        tail = await asyncio.to_thread(flooder.communicate, timeout=30)
-        out.update(json.loads(tail[0].decode().strip().splitlines()[-1]))
+        try:  # a loaded machine can take a while to unwind five hosts
+            tail = await asyncio.to_thread(flooder.communicate, timeout=20)
+        except subprocess.TimeoutExpired:  # its last periodic figures will do
+            flooder.kill()
+            tail = await asyncio.to_thread(flooder.communicate, timeout=20)
+        lines = [ln for ln in tail[0].decode().splitlines() if '"sent"' in ln]
+        out.update(json.loads(lines[-1]) if lines else {"sent": 0, "figures_lost": True})
         verdicts: dict[str, int] = {}
         for p in flood_ids:
             for k, v in st1["swarm"]["peer_scores"].get(p, {}).get("verdicts", {}).items():
@@ -372,6 +398,7 @@ async def phase(
     flood_counted = counted_in(st1) - counted_in(st0) - (honest_published[0] - pub0)
     out.update(
         round_s=round((recs[-1].time - recs[0].time) / max(1, len(times)), 3),
+        cpu_s_per_round=round((cpu1 - cpu0) / max(1, len(times)), 4),
         round_s_median=round(statistics.median(times), 3) if times else None,
         rounds=len(times),
         flood_counted=flood_counted,
@@ -393,7 +420,8 @@ async def phase(
 def summary(res: dict[str, dict[str, Any]]) -> str:
     """The last line: every phase's figures, ratios against calm first."""
     calm = res["calm"]["round_s"]
-    parts = [f"calm_round_s {calm:.3f}"]
+    calm_cpu = res["calm"]["cpu_s_per_round"]
+    parts = [f"calm_round_s {calm:.3f} calm_cpu_s_per_round {calm_cpu:.4f}"]
     for name, r in res.items():
         if name == "calm":
             parts.append(
@@ -406,6 +434,8 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
         parts.append(
             f"{name}{'' if r['valid'] else ' INVALID'} ratio {r['round_s'] / calm:.2f}"
             f" (median {r['round_s_median'] / calm:.2f})"
+            f" node_cpu_per_round_ratio {r['cpu_s_per_round'] / calm_cpu:.2f}"
+            f" flooder_cpu_s {r.get('cpu_s')}"
             f" honest {r['honest_accepted']}/{r['honest_trained']}"
             f" trained {r['groups_trained']}g/{r['tokens_trained']}t"
             f" sent {r['sent']} counted {r['flood_counted']}"

@@ -304,6 +304,19 @@ class SwarmConfig(_Section):
             "before the excess is dropped unverified: bounds signature checks per peer."
         ),
     )
+    forwarder_frames_per_s: float = Field(
+        50.0,
+        gt=0,
+        description=(
+            "RPC frames a second read from one connected peer (burst 2x); past it its "
+            "stream is not read until the debt is paid, so flow control stops its writes."
+        ),
+    )
+    forwarder_bytes_per_s: int = Field(
+        1024 * 1024,
+        ge=64 * 1024,
+        description="Bytes a second read from one connected peer (burst 2x), as above.",
+    )
     origin_msgs_per_s: float = Field(
         5.0,
         gt=0,

@@ -50,6 +50,15 @@ class TokenBucket:
             return True
         return False
 
+    def reserve(self, n: float, now: float) -> float:
+        """Spend ``n`` tokens even into debt; return the seconds until the debt is paid
+        (0.0 if there were enough). A caller that waits that long before its next
+        piece of work keeps to ``rate`` on average, whatever it was charged."""
+        self.tokens = min(self.burst, self.tokens + (now - self.stamp) * self.rate)
+        self.stamp = now
+        self.tokens -= n
+        return 0.0 if self.tokens >= 0 else -self.tokens / self.rate
+
 
 class PeerBuckets:
     """One ``TokenBucket`` per peer key, bounded to ``max_peers`` (LRU forgets).
@@ -67,14 +76,23 @@ class PeerBuckets:
     def take(self, peer: str, n: float = 1.0) -> bool:
         now = self.clock()
         with self._lock:
-            bucket = self._buckets.get(peer)
-            if bucket is None:
-                bucket = self._buckets[peer] = TokenBucket(self.rate, self.burst, now)
-                while len(self._buckets) > self.max_peers:
-                    self._buckets.popitem(last=False)
-            else:
-                self._buckets.move_to_end(peer)
-            return bucket.take(n, now)
+            return self._bucket(peer, now).take(n, now)
+
+    def reserve(self, peer: str, n: float = 1.0) -> float:
+        """``TokenBucket.reserve`` on ``peer``'s bucket: seconds to wait, 0.0 if none."""
+        now = self.clock()
+        with self._lock:
+            return self._bucket(peer, now).reserve(n, now)
+
+    def _bucket(self, peer: str, now: float) -> TokenBucket:
+        bucket = self._buckets.get(peer)
+        if bucket is None:
+            bucket = self._buckets[peer] = TokenBucket(self.rate, self.burst, now)
+            while len(self._buckets) > self.max_peers:
+                self._buckets.popitem(last=False)
+        else:
+            self._buckets.move_to_end(peer)
+        return bucket
 
     def __len__(self) -> int:
         with self._lock:

@@ -116,19 +116,23 @@ def hostile_frames() -> list[bytes]:
     ]
 
 
-def raw_attacker(target: str, frames: list[bytes], done: Callable[[], bool]) -> None:
-    """Write each frame on a fresh meshsub stream, then stay until ``done()``."""
+def raw_attacker(
+    target: str, frames: list[bytes], done: Callable[[], bool], one_stream: bool = False
+) -> None:
+    """Write each frame on a fresh meshsub stream (or all of them at once on one:
+    ``one_stream``), then stay until ``done()``."""
 
     async def main() -> None:
         host = new_host(key_pair=ATTACKER, listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")])
         info = info_from_p2p_addr(Multiaddr(target))
+        framed = [bytes(encode_uvarint(len(f))) + f for f in frames]
         async with host.run(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")]):
             with trio.fail_after(TIMEOUT):
                 await host.connect(info)
-            for f in frames:
+            for data in [b"".join(framed)] if one_stream else framed:
                 try:
                     stream = await host.new_stream(info.peer_id, [GOSSIP_PROTOCOLS[1]])
-                    await stream.write(bytes(encode_uvarint(len(f))) + f)
+                    await stream.write(data)
                 except Exception:  # the node may reset us: that is its right
                     pass
             with trio.move_on_after(TIMEOUT):

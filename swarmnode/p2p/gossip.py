@@ -11,9 +11,17 @@ Invariants:
   counted (``rejected.rpc_decode``, ``rejected.rpc_error``, ``errors.push``) and
   charged to the peer's score. (py-libp2p 0.8.1 runs both in service tasks: an
   uncaught exception there stopped the pubsub service and the whole node.)
-- Cheap checks first, each counted: graylisted forwarder or originator, seen before,
-  the forwarder's message rate; only then the signature (Ed25519 verify), then the
-  topic validator (the host's: origin rates, ``decode_batch``).
+- Reading is priced before anything else (``framing``): each peer's stream is read
+  in chunks and paced to ``forwarder_frames_per_s`` frames and
+  ``forwarder_bytes_per_s`` bytes; past that it is not read at all until its debt
+  is paid (flow control stops its writes), so a flood costs its sender, not us.
+  A signed peer record is verified only when it changes (py-libp2p senders attach
+  it to every frame).
+- Then cheap checks in the read loop, each counted (``msgs_read``, then
+  ``dropped.*``): graylisted forwarder or originator, seen before, the forwarder's
+  message rate, gossipsub's publish-score gate; only then, in the message's task,
+  the signature (Ed25519 verify), then the topic validator (the host's: origin
+  rates, ``decode_batch``).
 - A restarted node's seqnos never repeat its earlier life's (they start at the start
   time in nanoseconds), so peers' seen caches do not drop its new messages.
 - Validated messages on a topic with a ``deliver`` hook go straight to it (the
@@ -28,19 +36,25 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
 import trio
 from google.protobuf.message import DecodeError
+from libp2p.io.exceptions import IncompleteReadError, IOException, MessageTooLarge
+from libp2p.network.connection.exceptions import RawConnError
+from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.utils import maybe_consume_signed_record
 from libp2p.pubsub.validators import signature_validator
 
 from swarmnode.p2p.autonat import is_relayed
 from swarmnode.p2p.bridge import Counters
+from swarmnode.p2p.framing import FrameReader, ReadBudget
 from swarmnode.p2p.peerscore import PeerScores
 from swarmnode.ratelimit import PeerBuckets
 
@@ -81,6 +95,8 @@ class HardenedPubsub(Pubsub):
         counters: Counters,
         scores: PeerScores | None = None,
         forwarder_msgs_per_s: float = 100.0,
+        forwarder_frames_per_s: float = 50.0,
+        forwarder_bytes_per_s: float = 1024 * 1024,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -92,6 +108,10 @@ class HardenedPubsub(Pubsub):
         self._counters = counters
         self.scores = scores or PeerScores()
         self._forwarders = PeerBuckets(forwarder_msgs_per_s, 2 * forwarder_msgs_per_s)
+        self._reads = ReadBudget(forwarder_frames_per_s, forwarder_bytes_per_s, counters)
+        # peer -> the signed peer record it last sent that verified (py-libp2p senders
+        # attach it to every RPC; verifying it each time was a third of a flood's cost)
+        self._records: OrderedDict[ID, bytes] = OrderedDict()
         self._deliver: dict[str, Deliver] = {}
         # peer -> (its current inbound stream, whether that stream rides a relay)
         self._inbound: dict[ID, tuple[Any, bool]] = {}
@@ -119,7 +139,13 @@ class HardenedPubsub(Pubsub):
         # key deserialisation, router errors on control messages...) is contained here.
         # trio.Cancelled is a BaseException and passes through, as it must.
         except Exception as err:
-            kind = "rpc_decode" if isinstance(err, DecodeError) else "rpc_error"
+            kind = (
+                "rpc_decode"
+                if isinstance(err, DecodeError)
+                else "rpc_too_large"
+                if isinstance(err, MessageTooLarge)
+                else "rpc_error"
+            )
             self._counters.add(f"rejected.{kind}")
             self.scores.report(peer_id.to_base58(), "protocol")
             log.info(
@@ -133,6 +159,64 @@ class HardenedPubsub(Pubsub):
                 except Exception as reset_err:  # the stream may already be broken
                     log.debug("reset after a bad RPC failed: %r", reset_err)
             self._handle_dead_peer(peer_id)
+
+    async def continuously_read_stream(self, stream: Any) -> None:
+        """py-libp2p's read loop, priced (``framing``): frames come from a buffered
+        reader, each peer's reading is paced by its frames and bytes a second, a
+        signed peer record is verified only when it changes, and a message is only
+        handed to a ``push_msg`` task after the cheap gates (``_gate``). Subscriptions
+        and control go to py-libp2p as before. EOF, reset and a closed connection end
+        the loop quietly; anything else propagates to ``_read_stream``."""
+        peer_id = stream.muxed_conn.peer_id
+        key = peer_id.to_base58()
+        reader = FrameReader(stream, self.max_inbound_rpc_size)
+
+        async def before_read(nbytes: int) -> None:
+            await self._reads.pace(key, 0, nbytes)
+
+        try:
+            while self.manager.is_running:
+                frame = await reader.next(before_read)
+                self._counters.add("frames_in")
+                await self._reads.pace(key, 1, 0)
+                rpc = rpc_pb2.RPC()
+                rpc.ParseFromString(frame)
+                if rpc.HasField("senderRecord") and not self._record_ok(rpc, peer_id):
+                    self._counters.add("rejected.peer_record")
+                    continue
+                if rpc.publish:
+                    self._counters.add("msgs_read", len(rpc.publish))
+                for msg in rpc.publish:
+                    if not self._is_subscribed_to_msg(msg):
+                        self._counters.add("dropped.not_subscribed")
+                    elif self._gate(peer_id, msg):
+                        self.manager.run_task(self._push, peer_id, msg, True)
+                if rpc.subscriptions:
+                    if len(rpc.subscriptions) > self.max_subscriptions_per_rpc:
+                        self._counters.add("rejected.subscriptions")
+                    else:
+                        for sub in rpc.subscriptions:
+                            self.handle_subscription(peer_id, sub)
+                if rpc.HasField("control"):
+                    await self.router.handle_rpc(rpc, peer_id)
+        except MessageTooLarge:
+            raise  # a protocol error: counted, stream reset (``_read_stream``)
+        except (StreamError, IOException, RawConnError) as err:
+            if isinstance(err, IncompleteReadError) and reader.buf:
+                raise  # cut inside a frame: a protocol error, as above
+            log.debug("pubsub stream from %s ended: %r", peer_id, err)
+
+    def _record_ok(self, rpc: rpc_pb2.RPC, peer_id: ID) -> bool:
+        raw = rpc.senderRecord
+        if self._records.get(peer_id) == raw:
+            self._records.move_to_end(peer_id)
+            return True
+        if not maybe_consume_signed_record(rpc, self.host, peer_id):
+            return False
+        self._records[peer_id] = raw
+        while len(self._records) > 4096:
+            self._records.popitem(last=False)
+        return True
 
     def _handle_dead_peer(self, peer_id: ID) -> None:
         """py-libp2p calls this whenever *a* pubsub stream of the peer ends, and then
@@ -161,8 +245,16 @@ class HardenedPubsub(Pubsub):
     # ---- messages: cheap gates, signature, then py-libp2p's path --------------------
 
     async def push_msg(self, msg_forwarder: ID, msg: rpc_pb2.Message) -> None:
+        """py-libp2p's entry for a message: our own publishes (and tests)."""
+        await self._push(msg_forwarder, msg, False)
+
+    async def _push(self, msg_forwarder: ID, msg: rpc_pb2.Message, gated: bool) -> None:
+        """A peer's message: the cheap gates (unless the read loop ran them: ``gated``),
+        the signature, then py-libp2p's path. Our own messages skip the checks."""
         try:
-            if msg_forwarder != self.my_id and not self._admit(msg_forwarder, msg):
+            if msg_forwarder != self.my_id and not (
+                (gated or self._gate(msg_forwarder, msg)) and self._signed(msg_forwarder, msg)
+            ):
                 return
             if self._inbound.get(msg_forwarder, (0, False))[1] and not self._is_msg_seen(msg):
                 self._counters.add("msgs_in_via_relay")  # first copy, over a relayed conn
@@ -175,18 +267,33 @@ class HardenedPubsub(Pubsub):
             self._counters.add(f"errors.push.{err.__class__.__name__}")
             log.warning("handling a message via %s raised %r; dropped", msg_forwarder, err)
 
-    def _admit(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+    def _gate(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """The cheap checks, in the read loop: graylisted, seen, forwarder's rate."""
         fwd = forwarder.to_base58()
         if self.scores.is_graylisted(fwd) or self.scores.is_graylisted(_b58(msg.from_id)):
             self._counters.add("dropped.graylisted")
             return False
-        if self._is_msg_seen(msg):
-            return False  # a duplicate via another mesh peer: py-libp2p would drop it too
+        if self._is_msg_seen(msg):  # a copy via another mesh peer (or a replay)
+            self._counters.add("dropped.seen")
+            return False
         if not self._forwarders.take(fwd):
             self._counters.add("dropped.forwarder_rate")
             self.scores.report(fwd, "rate_limited")
             return False
+        # gossipsub's own score (P4 invalid messages, P6 ours...) under its publish
+        # threshold: py-libp2p would drop the message silently after the signature.
+        scorer = getattr(self.router, "scorer", None)
+        if scorer is not None and not scorer.allow_publish(forwarder, list(msg.topicIDs)):
+            self._counters.add("dropped.score_gate")
+            return False
+        return True
+
+    def _signed(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """The signature (Ed25519 verify), in the message's task."""
+        if self._is_msg_seen(msg):  # another copy got here first
+            return False
         if not self._signature_ok(msg):
+            fwd = forwarder.to_base58()
             self._counters.add("rejected.signature")
             self.scores.report(fwd, "signature")
             log.debug("dropped a message with a missing or bad signature via %s", fwd)

@@ -164,6 +164,8 @@ class P2PHost:
             counters=self.counters,
             scores=self.scores,
             forwarder_msgs_per_s=cfg.forwarder_msgs_per_s,
+            forwarder_frames_per_s=cfg.forwarder_frames_per_s,
+            forwarder_bytes_per_s=cfg.forwarder_bytes_per_s,
         )
         return host, pubsub, gossipsub
 

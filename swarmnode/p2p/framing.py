@@ -1,0 +1,111 @@
+"""Reading a peer's pubsub stream: buffered varint frames, paced per peer.
+
+Role: the cost side of what one connected peer can make this node read. The
+hardened pubsub read loop (``gossip.HardenedPubsub.continuously_read_stream``) takes
+its frames from here.
+
+Why: under a flood from one peer, py-libp2p's read loop spent the libp2p thread on
+reading (one yamux read, with its window bookkeeping, per varint byte and per
+body), parsing and verifying the signed peer record of every frame, as fast as the
+peer could write; the training thread lost the CPU and the GIL to it. Dropping the
+excess after reading it is too late: the reading is the cost.
+
+Invariants:
+- ``FrameReader`` reads the stream in chunks of up to ``CHUNK`` bytes and cuts
+  varint-length-prefixed frames from its buffer; a frame claiming more than
+  ``max_len`` bytes raises ``MessageTooLarge`` before its body is read; the buffer
+  never holds more than ``max_len + CHUNK`` bytes. A stream that ends mid-frame
+  raises ``IncompleteReadError``; one that ends between frames, ``StreamEOF`` (as
+  py-libp2p's own reader would).
+- ``ReadBudget`` prices each peer's reading: ``frames_per_s`` frames and
+  ``bytes_per_s`` bytes, each with a burst of 2 seconds' worth. A peer over either
+  is not read until its debt is paid: nothing is dropped here, the peer's yamux
+  receive window fills and flow control stops its writes, so a flood costs the
+  flooder its own send queue, not this node's CPU. Other peers' streams are
+  untouched (each has its own budget). Pauses are counted (``throttled.reads``,
+  ``throttled.ms``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
+from libp2p.network.stream.exceptions import StreamEOF
+
+from swarmnode.p2p.bridge import Counters
+from swarmnode.ratelimit import PeerBuckets
+
+CHUNK = 64 * 1024
+
+
+def _varint(buf: bytearray) -> tuple[int, int] | None:
+    """(value, bytes used) of the unsigned varint opening ``buf``; None if incomplete."""
+    value = shift = 0
+    for i, b in enumerate(buf[:10]):
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return value, i + 1
+        shift += 7
+    if len(buf) >= 10:
+        raise IncompleteReadError("varint length prefix longer than 10 bytes")
+    return None
+
+
+class FrameReader:
+    """Varint-length-prefixed frames from a libp2p stream, read in chunks."""
+
+    def __init__(self, stream: Any, max_len: int) -> None:
+        self.stream, self.max_len = stream, max_len
+        self.buf = bytearray()
+
+    async def next(self, before_read: Any = None) -> bytes:
+        """The next frame. ``before_read`` (async, optional) runs before each read of
+        the stream, with the number of bytes the last read returned."""
+        last = 0
+        while True:
+            head = _varint(self.buf)
+            if head is not None:
+                size, used = head
+                if size > self.max_len:
+                    raise MessageTooLarge(f"frame of {size} bytes > {self.max_len}")
+                if len(self.buf) >= used + size:
+                    frame = bytes(self.buf[used : used + size])
+                    del self.buf[: used + size]
+                    return frame
+            if before_read is not None:
+                await before_read(last)
+            try:
+                chunk = await self.stream.read(CHUNK)
+            except StreamEOF:
+                if self.buf:
+                    raise IncompleteReadError("stream ended inside a frame") from None
+                raise
+            if not chunk:
+                if self.buf:
+                    raise IncompleteReadError("stream ended inside a frame")
+                raise StreamEOF("stream ended")
+            last = len(chunk)
+            self.buf += chunk
+
+
+class ReadBudget:
+    """Per-peer frames and bytes a second; ``pace`` waits out a peer's debt."""
+
+    def __init__(self, frames_per_s: float, bytes_per_s: float, counters: Counters) -> None:
+        # trio's clock: the reader sleeps on it (and tests can mock it)
+        self.frames = PeerBuckets(frames_per_s, 2 * frames_per_s, clock=trio.current_time)
+        self.bytes = PeerBuckets(bytes_per_s, 2 * bytes_per_s, clock=trio.current_time)
+        self.counters = counters
+
+    async def pace(self, peer: str, frames: int, nbytes: int) -> None:
+        """Charge ``frames`` frames and ``nbytes`` bytes to ``peer``; sleep off any debt."""
+        wait = max(
+            self.frames.reserve(peer, frames) if frames else 0.0,
+            self.bytes.reserve(peer, nbytes) if nbytes else 0.0,
+        )
+        if wait > 0:
+            self.counters.add("throttled.reads")
+            self.counters.add("throttled.ms", int(wait * 1000))
+            await trio.sleep(wait)

@@ -1,0 +1,162 @@
+"""Reading peers' pubsub streams: buffered varint frames and per-peer read pacing.
+
+Frames are built here with protobuf and a varint written by hand, not with the code
+under test. The pacing test floods a real node (``GossipTransport``) from a raw
+py-libp2p host over loopback.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import trio
+import trio.testing
+from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
+from libp2p.network.stream.exceptions import StreamEOF
+
+from swarmnode.p2p.bridge import Counters
+from swarmnode.p2p.framing import CHUNK, FrameReader, ReadBudget
+from swarmnode.p2p.transport import GossipTransport
+from swarmnode.ratelimit import TokenBucket
+from tests.test_p2p_hostile import ATTACKER_ID, frame, message, payload, raw_attacker
+from tests.test_p2p_swarm import Collector, batch, run, swarm_cfg, wait_for
+
+
+def varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+class FakeStream:
+    """Hands out ``data`` in the given chunk sizes, then EOF; records each read size."""
+
+    def __init__(self, data: bytes, sizes: list[int]) -> None:
+        self.data, self.sizes, self.asked = data, sizes, []  # type: ignore[var-annotated]
+
+    async def read(self, n: int) -> bytes:
+        self.asked.append(n)
+        if not self.data:
+            raise StreamEOF()
+        k = min(n, self.sizes.pop(0) if self.sizes else n)
+        chunk, self.data = self.data[:k], self.data[k:]
+        return chunk
+
+
+def frames_of(reader: FrameReader) -> list[bytes]:
+    async def main() -> list[bytes]:
+        out = []
+        try:
+            while True:
+                out.append(await reader.next())
+        except StreamEOF:
+            return out
+
+    return trio.run(main)
+
+
+def test_frames_split_and_joined_across_reads() -> None:
+    bodies = [b"a", b"", b"x" * 300, b"y" * 200_000, b"z" * 127, b"w" * 128]
+    data = b"".join(varint(len(b)) + b for b in bodies)
+    for sizes in ([1] * 50, [7, 3, 1000, 2], [len(data)]):
+        reader = FrameReader(FakeStream(data, list(sizes)), max_len=1 << 20)
+        assert frames_of(reader) == bodies
+        assert len(reader.buf) == 0
+
+
+def test_one_read_serves_many_frames() -> None:
+    data = b"".join(varint(5) + b"hello" for _ in range(1000))
+    stream = FakeStream(data, [])
+    assert len(frames_of(FrameReader(stream, 1024))) == 1000
+    assert len(stream.asked) <= len(data) // CHUNK + 2  # not one read per varint byte
+
+
+def test_oversized_frame_is_refused_before_its_body() -> None:
+    data = varint(2_000_000) + b"q" * 10
+    stream = FakeStream(data, [4])
+    with pytest.raises(MessageTooLarge):
+        frames_of(FrameReader(stream, max_len=1 << 20))
+    assert stream.asked == [CHUNK]  # the prefix was enough to refuse
+
+
+def test_stream_ending_inside_a_frame_or_prefix() -> None:
+    for data in (varint(10) + b"abc", b"\x80\x80"):
+        with pytest.raises(IncompleteReadError):
+            frames_of(FrameReader(FakeStream(data, []), 1024))
+    with pytest.raises(IncompleteReadError):  # a varint that never ends
+        frames_of(FrameReader(FakeStream(b"\xff" * 11, []), 1024))
+
+
+def test_reserve_lets_debt_accrue_and_reports_the_wait() -> None:
+    b = TokenBucket(rate=10.0, burst=20.0, now=0.0)
+    assert b.reserve(20, 0.0) == 0.0  # the burst
+    assert b.reserve(5, 0.0) == pytest.approx(0.5)  # 5 tokens of debt at 10/s
+    assert b.reserve(0, 0.5) == 0.0  # paid off
+    assert b.reserve(1, 0.5) == pytest.approx(0.1)
+
+
+def test_pace_sleeps_off_a_peer_debt_and_counts_it() -> None:
+    counters = Counters()
+    budget = ReadBudget(frames_per_s=10.0, bytes_per_s=1000.0, counters=counters)
+
+    async def main() -> float:
+        start = trio.current_time()
+        for _ in range(40):  # burst 20, then 20 more at 10 a second
+            await budget.pace("flooder", 1, 0)
+        await budget.pace("honest", 1, 500)  # another peer: its own budget, no wait
+        return trio.current_time() - start
+
+    elapsed = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert elapsed == pytest.approx(2.0, abs=0.2)
+    snap = counters.snapshot()
+    assert snap["throttled.reads"] == 20 and 1900 <= snap["throttled.ms"] <= 2100
+
+
+def test_a_flooding_peer_is_read_at_its_budget_and_others_still_heard(tmp_path: Path) -> None:
+    rate, burst, n = 20.0, 40, 400
+    flood = [frame(message(payload(i))) for i in range(1, n + 1)]
+
+    async def main() -> None:
+        node = GossipTransport(
+            swarm_cfg(forwarder_frames_per_s=rate, graylist_score=-1e12), tmp_path / "node"
+        )
+        await node.start()
+        addr = node.info.listen_addrs[0]  # type: ignore[union-attr]
+        honest = GossipTransport(swarm_cfg(bootstrap=[addr]), tmp_path / "honest")
+        await honest.start()
+        col = Collector(node)
+        finished = threading.Event()
+        attacker = threading.Thread(
+            target=raw_attacker, args=(addr, flood, finished.is_set, True), daemon=True
+        )
+        try:
+            await wait_for(lambda: honest.stats()["mesh_size"] >= 1, "honest peer in mesh")
+            base = node.stats()["counters"].get("frames_in", 0)
+            attacker.start()
+            await wait_for(lambda: col.has(ATTACKER_ID.to_base58(), 1), "the flood arriving")
+            t0 = time.monotonic()
+            await honest.publish(batch(10_000))
+            await wait_for(lambda: col.has(honest.peer_id, 10_000), "the honest peer, meanwhile")
+            await wait_for(
+                lambda: node.stats()["counters"].get("frames_in", 0) - base >= 2 * burst,
+                "the flooder read on past its burst (paced, not cut off)",
+            )
+            read = node.stats()["counters"].get("frames_in", 0) - base
+            # Frames from the honest peer and gossipsub control count too: a margin.
+            assert read <= burst + rate * (time.monotonic() - t0 + 0.5) + 20, read
+            assert read < n  # not all of it at once
+            c = node.stats()["counters"]
+            assert c.get("throttled.reads", 0) > 0 and node.stats()["running"]
+        finally:
+            finished.set()
+            attacker.join(30)
+            await honest.stop()
+            await node.stop()
+
+    run(main())

@@ -304,6 +304,14 @@ class SwarmConfig(_Section):
             "before the excess is dropped unverified: bounds signature checks per peer."
         ),
     )
+    target_msgs_per_s: float | None = Field(
+        None,
+        gt=0,
+        description=(
+            "Publish each round with a probability tuned so this node hears about this "
+            "many peer messages a second, whatever the swarm's size (null = every round)."
+        ),
+    )
     forwarder_frames_per_s: float = Field(
         50.0,
         gt=0,

@@ -31,6 +31,9 @@ Invariants:
   second concurrent one would break the invariant above).
 - Fail-stop: a node that silently trained alone while claiming to be in a swarm
   would be worse than one that stops; the daemon checkpoints and exits 1.
+- With ``swarm.target_msgs_per_s`` set, a round is published only on
+  ``PublishRate``'s coin (``published.rounds_skipped`` counts the others), so a
+  large swarm's total traffic stays near the target (swarmnode/publish_rate.py).
 - A batch that does not encode is halved until it does; a single group that still
   cannot be sent is dropped and counted (``publish_dropped``), never fatal.
 - With J = 0 in a swarm, groups are still verified (cheap: see scripts/bench_swarm.py),
@@ -55,6 +58,7 @@ from swarmnode.ingest import IngestQueue
 from swarmnode.ingest_guard import IngestGuard
 from swarmnode.metrics import RoundRecord
 from swarmnode.p2p.wire import WireError, decode_batch, encode_batch
+from swarmnode.publish_rate import PublishRate
 from swarmnode.swarmview import PeerBook
 from swarmnode.tasks import preload
 from swarmnode.transport import Transport, TransportError
@@ -114,6 +118,7 @@ class RolloutExchange:
         self.publish_dropped: Counter[str] = Counter()
         self.published = Counter({"messages": 0, "groups": 0, "bytes": 0})
         self.offers = 0
+        self.rate: PublishRate | None = None  # built at the first publish (needs the peer ID)
         self.peers = PeerBook()  # what gossip says about each peer (dashboard)
         self._task: asyncio.Task[None] | None = None
 
@@ -198,6 +203,9 @@ class RolloutExchange:
         """Share the round's groups (one message unless too large); return bytes queued."""
         if not self.cfg.sapo.publish or not groups:
             return 0
+        if not self._publish_this_round(round_index):
+            self.published["rounds_skipped"] += 1
+            return 0
         if not self.transport.running:  # died since the pump last looked
             self._fail(DEAD_TRANSPORT)
             return 0
@@ -214,6 +222,16 @@ class RolloutExchange:
         self.published["groups"] += len(groups)
         self.published["bytes"] += sum(len(p) for p in payloads)
         return sum(len(p) for p in payloads)
+
+    def _publish_this_round(self, round_index: int) -> bool:
+        """``swarm.target_msgs_per_s`` unset: always. Else ``PublishRate``'s coin."""
+        target = self.cfg.swarm.target_msgs_per_s
+        if target is None:
+            return True
+        if self.rate is None:
+            self.rate = PublishRate(target, self.transport.peer_id)
+        self.rate.observe(int(self.transport.stats()["msgs_in"]))
+        return self.rate.publish(round_index)
 
     def with_figures(self, rec: RoundRecord) -> RoundRecord:
         """``rec`` with the queue's and the transport's figures filled in."""
@@ -244,5 +262,9 @@ class RolloutExchange:
             "decode_failures": dict(self.decode_failures),
             "published": dict(self.published),
             "publish_dropped": dict(self.publish_dropped),
+            "publish_p": round(self.rate.p, 4) if self.rate else 1.0,
+            "heard_msgs_per_s": (
+                round(self.rate.heard_per_s, 2) if self.rate and self.rate.heard_per_s else None
+            ),
             "ingest": ingest,
         }

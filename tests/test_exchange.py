@@ -235,3 +235,31 @@ def test_memory_transport_bounds_its_inbox(tmp_path: Path) -> None:
         await b.stop()
 
     asyncio.run(main())
+
+
+def test_publish_rate_skips_rounds_and_counts_them(tmp_path: Path) -> None:
+    async def main() -> None:
+        net = MemoryNetwork()
+        cfg = _config(tmp_path)
+        cfg = cfg.model_copy(
+            update={"swarm": cfg.swarm.model_copy(update={"target_msgs_per_s": 5.0})}
+        )
+        a, b = Side(net, "A", cfg), Side(net, "B", cfg)
+        await a.exchange.start()
+        await b.exchange.start()
+        try:
+            assert await a.exchange.publish(1, [make_group(1, created=time.time())]) > 0
+            assert a.exchange.rate is not None and a.exchange.status()["publish_p"] == 1.0
+            a.exchange.rate.p = 0.0  # as if the swarm were huge: every coin says no
+            for r in range(2, 7):
+                assert await a.exchange.publish(r, [make_group(r, created=time.time())]) == 0
+            assert a.exchange.published["rounds_skipped"] == 5
+            assert a.exchange.published["messages"] == 1
+            await wait_for(lambda: b.exchange.offers == 1, "B got round 1")
+            await asyncio.sleep(0.2)
+            assert b.exchange.offers == 1  # and nothing else
+        finally:
+            await a.exchange.stop()
+            await b.exchange.stop()
+
+    asyncio.run(main())

@@ -1,0 +1,70 @@
+"""How often to publish, so a node hears about the same traffic in a swarm of 10 or 10,000.
+
+Role: the swarm-size control of gossip. Every node publishes one message a round; in
+a swarm of N nodes with rounds of T seconds each node reads N / T messages a second
+(and, as a gossipsub relay, writes each to D - 1 mesh peers), while it trains on a
+few peer groups a round. At 1,000 peers that is 100 messages a second to verify and
+relay for perhaps 2 groups used: almost all of it waste (docs/reliability.md,
+"Scale"). So each node publishes a round with probability ``p`` and adjusts ``p``
+to keep the rate of peer messages it hears near ``swarm.target_msgs_per_s``. Every
+node doing the same drives the swarm's total rate to about that target whatever N
+is, with no one counting the swarm.
+
+Invariants:
+- ``p`` stays in [``p_min``, 1]: a node never goes silent (group completion and the
+  swarm view need to hear it now and then), and with fewer messages than the target
+  every node publishes every round.
+- The decision for a round is a deterministic hash of (peer ID, round): restarts and
+  tests reproduce it; different nodes' choices are independent.
+- The rate is measured over the last ``window_s`` seconds of the transport's count
+  of delivered peer messages; with less than ``min_window_s`` of history, ``p`` is
+  left as it is. Each update moves ``p`` by the square root of the ratio
+  target / heard (damped), so a swarm of nodes updating together does not oscillate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+
+
+class PublishRate:
+    """Publish probability driven by the heard message rate (module docstring)."""
+
+    def __init__(
+        self,
+        target_msgs_per_s: float,
+        peer_id: str,
+        p_min: float = 0.05,
+        window_s: float = 60.0,
+        min_window_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if target_msgs_per_s <= 0 or not 0 < p_min <= 1:
+            raise ValueError("target_msgs_per_s must be > 0 and p_min in (0, 1]")
+        self.target, self.peer_id, self.p_min = target_msgs_per_s, peer_id, p_min
+        self.window_s, self.min_window_s, self.clock = window_s, min_window_s, clock
+        self.p = 1.0
+        self.heard_per_s: float | None = None
+        self._seen: deque[tuple[float, int]] = deque()  # (time, cumulative messages in)
+
+    def observe(self, msgs_in_total: int) -> None:
+        """Note the transport's cumulative count of delivered peer messages."""
+        now = self.clock()
+        self._seen.append((now, msgs_in_total))
+        while len(self._seen) > 2 and now - self._seen[1][0] >= self.window_s:
+            self._seen.popleft()
+        t0, n0 = self._seen[0]
+        if now - t0 < self.min_window_s:
+            return
+        self.heard_per_s = rate = (msgs_in_total - n0) / (now - t0)
+        factor = math.sqrt(self.target / rate) if rate > 0 else 2.0
+        self.p = min(1.0, max(self.p_min, self.p * min(2.0, max(0.5, factor))))
+
+    def publish(self, round_index: int) -> bool:
+        """Whether this round is published: a coin with bias ``p``, fixed per round."""
+        digest = hashlib.blake2b(f"{self.peer_id}:{round_index}".encode(), digest_size=8)
+        return int.from_bytes(digest.digest(), "big") / 2**64 < self.p

@@ -77,6 +77,7 @@ RESERVATION_TTL_S = 3600  # what a relay grants; a held one is renewed REFRESH_S
 REFRESH_S = 300
 CHECK_S = 5.0  # how often reservations are looked at
 WATCH_S = 1.0  # how often connection kinds are (relayed -> direct upgrades timed)
+ADDRS_TTL_S = 5.0  # listen addresses are re-read at most this often (get_addrs)
 _MAX_CIRCUIT_ADDRS = 4  # per peer, tried in order when dialling through relays
 
 
@@ -154,9 +155,17 @@ class NatTraversal:
         ``/p2p/`` on, which cuts a circuit address down to the relay's own address."""
         self.host = host
         plain = host.get_addrs
+        cache: list[Any] = [0.0, []]  # (when, listen addrs)
 
         def get_addrs() -> list[multiaddr.Multiaddr]:
-            return [*plain(), *self.circuit_addrs()]
+            # py-libp2p asks for them on every RPC it sends (to check its signed
+            # record), and each ask was a getsockname per listener: a sixth of the
+            # libp2p thread's time at 20 messages a second. Listen addresses change
+            # only at start-up, so they are read at most every ADDRS_TTL_S.
+            now = time.monotonic()
+            if now - cache[0] > ADDRS_TTL_S or not cache[1]:
+                cache[0], cache[1] = now, plain()
+            return [*cache[1], *self.circuit_addrs()]
 
         host.get_addrs = get_addrs
 

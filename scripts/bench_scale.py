@@ -1,0 +1,331 @@
+"""Scale without malice: one real node receiving the rounds of N honest peers.
+
+The node is a ``swarmnode start`` process training a tiny model (tests/tiny.py) with
+``--external`` peer groups a round, as in scripts/bench_flood.py. The swarm around it
+is ``--peers`` honest identities (Ed25519) spread over ``--procs`` forwarder
+processes: each process is one raw py-libp2p gossipsub host meshed with the node,
+and each identity in it publishes a realistic batch (``--groups`` catalog groups of
+G = 8 with true reward claims, msgpack built here, signed by that identity) every
+``--period`` seconds with a random phase, relayed by its process's host as a mesh
+peer relays other peers' messages. So the node sees what a node of a swarm of N
+sees: N originators, a few forwarders, N / period messages a second. (In a real
+mesh up to D copies of each message arrive, one per mesh peer; all but the first
+stop at the seen check, the cheapest gate. They are not simulated.)
+
+Phases, each ``--phase-s`` seconds: ``calm`` and ``scale`` (the N peers as well,
+from the moment every forwarder is meshed). In both, one more honest peer publishes
+a batch each time the node finishes a round (bench_flood's), so the node trains
+its ``--external`` peer groups every round either way: the ratio is the cost of
+the traffic, not of training more (the tiny model alone rarely has a group with
+signal, and its rounds would be generation only). Per phase: mean and median round time,
+the node's peak ingest time share (``sapo.ingest_max_share`` is the budget) and RSS,
+messages sent and counted, ingestion verdicts, groups trained from peers, and the
+node's counters (frames read, throttled reads, drops by reason).
+Last line: the round-time ratio (goal <= 1.10), ingest share, RSS, messages a
+second, groups accepted and trained from peers and tokens trained on each side.
+
+    .venv/bin/python scripts/bench_scale.py --peers 200 --procs 4 --phase-s 90
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import json
+import os
+import random
+import resource
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "scripts"))
+
+from bench_flood import (  # noqa: E402
+    TOPIC,
+    Victim,
+    counted_in,
+    deltas,
+    flood_pool,
+    honest_peer,
+)
+from bench_swarm import node_cfg  # noqa: E402
+
+from swarmnode.control import ControlError  # noqa: E402
+
+FORWARDERS: list[subprocess.Popen[bytes]] = []
+
+
+# ---- a forwarder process: one host relaying the batches of many identities ---------
+
+
+def run_forwarder(target: str, proc: int, identities: int, period: float, groups: int) -> None:
+    import msgpack
+    import trio
+    from libp2p import new_host
+    from libp2p.crypto.ed25519 import create_new_key_pair
+    from libp2p.peer.id import ID
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    from libp2p.pubsub.gossipsub import GossipSub
+    from libp2p.pubsub.pb import rpc_pb2
+    from libp2p.pubsub.pubsub import Pubsub
+    from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
+    from libp2p.tools.anyio_service import background_trio_service
+    from multiaddr import Multiaddr
+
+    from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS
+
+    info = info_from_p2p_addr(Multiaddr(target))
+    pool = flood_pool(100 + proc, 2000)
+    keys = [create_new_key_pair() for _ in range(identities)]
+    ids = [ID.from_pubkey(k.public_key).to_bytes() for k in keys]
+    figures = {"sent": 0, "failed": 0, "bytes": 0}
+    seqno = time.time_ns()
+
+    def message(k: int, i: int) -> rpc_pb2.Message:
+        nonlocal seqno
+        seqno += 1
+        now = time.time()
+        batch = [dict(pool[(i * groups + j) % len(pool)], created=now) for j in range(groups)]
+        obj = {"v": 2, "swarm": "default", "round": i + 1, "groups": batch}
+        data = bytes(msgpack.packb(obj, use_bin_type=True))
+        msg = rpc_pb2.Message(
+            data=data, topicIDs=[TOPIC], from_id=ids[k], seqno=seqno.to_bytes(8, "big")
+        )
+        msg.signature = keys[k].private_key.sign(
+            PUBSUB_SIGNING_PREFIX.encode() + msg.SerializeToString()
+        )
+        return msg
+
+    def line() -> str:
+        cpu = resource.getrusage(resource.RUSAGE_SELF)
+        return json.dumps({**figures, "cpu_s": round(cpu.ru_utime + cpu.ru_stime, 1)})
+
+    async def report() -> None:
+        while True:  # a process slow to exit still leaves its figures
+            await trio.sleep(2)
+            print(line(), flush=True)
+
+    async def main() -> None:
+        listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+        host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
+        gs = GossipSub(
+            list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1, spam_protection_enabled=False
+        )
+        ps = Pubsub(host, gs, strict_signing=True)
+        async with (
+            host.run(listen_addrs=listen),
+            background_trio_service(ps),
+            background_trio_service(gs),
+            trio.open_nursery() as nursery,
+        ):
+            await ps.wait_until_ready()
+            await ps.subscribe(TOPIC)
+            with trio.fail_after(120):
+                await host.connect(info)
+                while info.peer_id not in gs.mesh.get(TOPIC, set()):
+                    await trio.sleep(0.2)
+            print(json.dumps({"ready": host.get_id().to_base58()}), flush=True)
+            nursery.start_soon(report)
+            rng = random.Random(proc)
+            start = time.monotonic()
+            due = sorted((start + rng.uniform(0, period), k) for k in range(identities))
+            count = itertools.count()
+            while True:
+                at, k = due.pop(0)
+                await trio.sleep(max(0.0, at - time.monotonic()))
+                msg = message(k, next(count))
+                try:  # relayed as a mesh peer relays: from_id and signature are k's
+                    await ps.push_msg(host.get_id(), msg)
+                    figures["sent"] += 1
+                    figures["bytes"] += len(msg.data)
+                except Exception:  # counted; an honest peer keeps going
+                    figures["failed"] += 1
+                due.append((at + period * rng.uniform(0.9, 1.1), k))
+                due.sort()
+
+    try:
+        trio.run(main)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        print(line(), flush=True)
+
+
+# ---- the measuring side -------------------------------------------------------------
+
+
+def start_forwarder(addr: str, proc: int, args: argparse.Namespace) -> subprocess.Popen[bytes]:
+    k = args.peers // args.procs + (1 if proc < args.peers % args.procs else 0)
+    argv = [sys.executable, __file__, "--forwarder", addr, "--proc", str(proc)]
+    argv += ["--identities", str(k), "--period", str(args.period), "--groups", str(args.groups)]
+    child = subprocess.Popen(
+        argv,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    FORWARDERS.append(child)
+    return child
+
+
+async def phase(victim: Victim, name: str, addr: str, args: argparse.Namespace) -> dict[str, Any]:
+    children = []
+    if name != "calm":
+        children = [start_forwarder(addr, p, args) for p in range(args.procs)]
+        for child in children:
+            assert child.stdout is not None
+            line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 600)
+            if "ready" not in json.loads(line):  # meshed with the node
+                raise SystemExit(f"forwarder not ready: {line!r}")
+    st0, before, t0, cpu0 = victim.status(), victim.rounds(), time.monotonic(), victim.cpu_s()
+    rss = []
+    while time.monotonic() < t0 + args.phase_s:
+        await asyncio.sleep(1.0)
+        rss.append(victim.rounds()[-1].rss_mb or 0.0)
+    st1, t1, cpu1 = victim.status(), time.monotonic(), victim.cpu_s()
+    recs = [before[-1], *victim.rounds()[len(before) :]]
+    out: dict[str, Any] = {"sent": 0, "cpu_s": 0.0}
+    for child in children:
+        child.send_signal(signal.SIGINT)
+        try:
+            tail = await asyncio.to_thread(child.communicate, timeout=20)
+        except subprocess.TimeoutExpired:  # its last periodic figures will do
+            child.kill()
+            tail = await asyncio.to_thread(child.communicate, timeout=20)
+        lines = [ln for ln in tail[0].decode().splitlines() if '"sent"' in ln]
+        if lines:
+            fig = json.loads(lines[-1])
+            out["sent"] += fig["sent"]
+            out["cpu_s"] += fig["cpu_s"]
+        else:
+            out["figures_lost"] = True
+    times = [b.time - a.time for a, b in itertools.pairwise(recs)]
+    later = recs[1:]
+    out.update(
+        round_s=round((recs[-1].time - recs[0].time) / max(1, len(times)), 3),
+        round_s_median=round(statistics.median(times), 3) if times else None,
+        rounds=len(times),
+        cpu_s_per_round=round((cpu1 - cpu0) / max(1, len(times)), 4),
+        seconds=round(t1 - t0, 1),
+        counted=counted_in(st1) - counted_in(st0),
+        msgs_per_s=round((counted_in(st1) - counted_in(st0)) / (t1 - t0), 1),
+        ingest_accepted=later[-1].ingest_accepted - recs[0].ingest_accepted if later else 0,
+        ingest_rejected=deltas(recs[-1].ingest_rejected, recs[0].ingest_rejected),
+        external_trained=sum(r.external_groups for r in later),
+        groups_trained=sum(r.groups_trained for r in later),
+        tokens_trained=sum(r.tokens_trained for r in later),
+        ingest_time_share_max=max((r.ingest_time_share for r in later), default=None),
+        rss_mb_max=max(rss) if rss else None,
+        rss_mb_end=rss[-1] if rss else None,
+        peers=st1["swarm"].get("num_peers"),
+        counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
+    )
+    print(name, json.dumps(out), flush=True)
+    return out
+
+
+def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+    calm, scale = res["calm"], res["scale"]
+    return (
+        f"peers {args.peers} procs {args.procs} period_s {args.period}"
+        f" ratio {scale['round_s'] / calm['round_s']:.2f}"
+        f" (median {scale['round_s_median'] / calm['round_s_median']:.2f})"
+        f" node_cpu_per_round_ratio {scale['cpu_s_per_round'] / calm['cpu_s_per_round']:.2f}"
+        f" calm_round_s {calm['round_s']} scale_round_s {scale['round_s']}"
+        f" msgs_per_s {scale['msgs_per_s']} sent {scale['sent']} counted {scale['counted']}"
+        f" ingest_share_max {scale['ingest_time_share_max']}"
+        f" rss_mb calm {calm['rss_mb_max']} scale {scale['rss_mb_max']}"
+        f" accepted {scale['ingest_accepted']} external_trained {scale['external_trained']}"
+        f" trained calm {calm['groups_trained']}g/{calm['tokens_trained']}t"
+        f" scale {scale['groups_trained']}g/{scale['tokens_trained']}t"
+        f" forwarders_cpu_s {scale['cpu_s']}"
+    )
+
+
+async def amain(args: argparse.Namespace) -> int:
+    tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
+    from tests.tiny import make_tiny_model
+
+    model = str(make_tiny_model(tmp / "tiny", "llama"))
+    cfg = node_cfg(model, tmp / "node", True, args.external, args.questions, 8, 48)
+    (tmp / "node.yaml").write_text(yaml.safe_dump(cfg))
+    log = tmp / "node.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(tmp / "node.yaml")],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    victim = Victim(proc, tmp / "node", log)
+    res: dict[str, dict[str, Any]] = {}
+    stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
+    honest_task = None
+    try:
+        addr = None
+        while addr is None:
+            victim.rounds()
+            try:
+                addr = victim.status()["swarm"]["listen_addrs"][0]
+            except (ControlError, IndexError, KeyError, TypeError):
+                await asyncio.sleep(0.5)
+        honest_task = asyncio.create_task(
+            honest_peer(addr, tmp, tmp / "node", stop, args.questions, 8, ids, published)
+        )
+        await victim.wait_rounds(args.warmup, 600)
+        while not ids:
+            await asyncio.sleep(0.1)
+        for name in ("calm", "scale"):
+            res[name] = await phase(victim, name, addr, args)
+    finally:
+        for child in FORWARDERS:
+            if child.poll() is None:
+                child.kill()
+        stop.set()
+        if honest_task is not None:
+            await asyncio.wait_for(honest_task, 30)
+        proc.terminate()
+        proc.wait(timeout=60)
+    print(f"node data and log: {tmp}" if args.keep else "", flush=True)
+    print(summary(res, args), flush=True)
+    if not args.keep:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return 0 if res["scale"]["counted"] > 0 and res["scale"]["external_trained"] > 0 else 1
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--peers", type=int, default=200, help="honest identities")
+    ap.add_argument("--procs", type=int, default=4, help="forwarder processes carrying them")
+    ap.add_argument("--period", type=float, default=10.0, help="seconds between one peer's batches")
+    ap.add_argument("--groups", type=int, default=4, help="groups in one peer's batch")
+    ap.add_argument("--phase-s", type=float, default=90.0)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--questions", type=int, default=2)
+    ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
+    ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
+    ap.add_argument("--forwarder", metavar="ADDR", help=argparse.SUPPRESS)
+    ap.add_argument("--proc", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.forwarder:
+        run_forwarder(args.forwarder, args.proc, args.identities, args.period, args.groups)
+        return
+    sys.exit(asyncio.run(amain(args)))
+
+
+if __name__ == "__main__":
+    main()

@@ -77,14 +77,13 @@ def run_forwarder(target: str, proc: int, identities: int, period: float, groups
     from libp2p.crypto.ed25519 import create_new_key_pair
     from libp2p.peer.id import ID
     from libp2p.peer.peerinfo import info_from_p2p_addr
-    from libp2p.pubsub.gossipsub import GossipSub
     from libp2p.pubsub.pb import rpc_pb2
     from libp2p.pubsub.pubsub import Pubsub
     from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
     from libp2p.tools.anyio_service import background_trio_service
     from multiaddr import Multiaddr
 
-    from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS
+    from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, QuietGossipSub
 
     info = info_from_p2p_addr(Multiaddr(target))
     pool = flood_pool(100 + proc, 2000)
@@ -120,7 +119,8 @@ def run_forwarder(target: str, proc: int, identities: int, period: float, groups
     async def main() -> None:
         listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
         host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
-        gs = GossipSub(
+        # Honest swarmnode peers send IDONTWANT only for large messages, as the node does.
+        gs = QuietGossipSub(
             list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1, spam_protection_enabled=False
         )
         ps = Pubsub(host, gs, strict_signing=True)

@@ -46,7 +46,7 @@ from libp2p.io.exceptions import IncompleteReadError, IOException, MessageTooLar
 from libp2p.network.connection.exceptions import RawConnError
 from libp2p.network.stream.exceptions import StreamError
 from libp2p.peer.id import ID
-from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12
+from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.pubsub.utils import maybe_consume_signed_record
@@ -65,6 +65,25 @@ GOSSIP_PROTOCOLS = (PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID)
 MAX_RPC_BYTES = 1024 * 1024
 
 Deliver = Callable[[rpc_pb2.Message], None]
+
+
+# IDONTWANT (gossipsub v1.2) saves a peer from sending us a copy we already have. It
+# pays for large messages; py-libp2p sent one, as its own frame, to every mesh peer
+# for every message of any size: most of the 7 frames per message a node read at 200
+# peers, and writes the libp2p thread spent its time on (docs/reliability.md, Scale).
+IDONTWANT_MIN_BYTES = 16 * 1024
+
+
+class QuietGossipSub(GossipSub):
+    """py-libp2p's GossipSub, sending IDONTWANT only for messages of at least
+    ``IDONTWANT_MIN_BYTES`` (go-libp2p also has a size threshold). A message not
+    found in the message cache keeps py-libp2p's behaviour."""
+
+    async def _emit_idontwant_for_message(self, msg_id: bytes, topic_ids: Any) -> None:
+        msg = self.mcache.get(msg_id)
+        if msg is not None and len(msg.data) < IDONTWANT_MIN_BYTES:
+            return
+        await super()._emit_idontwant_for_message(msg_id, topic_ids)
 
 
 def topic_for(swarm_name: str) -> str:

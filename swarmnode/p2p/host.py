@@ -57,7 +57,13 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Counters, Inbox, Outbox, Received
-from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, MAX_RPC_BYTES, HardenedPubsub, topic_for
+from swarmnode.p2p.gossip import (
+    GOSSIP_PROTOCOLS,
+    MAX_RPC_BYTES,
+    HardenedPubsub,
+    QuietGossipSub,
+    topic_for,
+)
 from swarmnode.p2p.liveness import Liveness
 from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
@@ -145,7 +151,7 @@ class P2PHost:
             negotiate_timeout=int(max(1, cfg.dial_timeout_s)),
         )
         self.nat.attach(host)  # circuit addresses join what the host advertises
-        gossipsub = GossipSub(
+        gossipsub = QuietGossipSub(
             protocols=list(GOSSIP_PROTOCOLS),
             degree=cfg.mesh_degree,
             degree_low=max(1, cfg.mesh_degree - 2),

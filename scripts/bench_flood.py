@@ -317,6 +317,15 @@ class Victim:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    async def address(self) -> str:
+        """Its first listen address, once its transport is up."""
+        while True:
+            self.rounds()  # exits if the process died
+            try:
+                return str(self.status()["swarm"]["listen_addrs"][0])
+            except (ControlError, IndexError, KeyError, TypeError):
+                await asyncio.sleep(0.5)
+
     async def wait_rounds(self, n: int, timeout: float) -> list[RoundRecord]:
         deadline = time.monotonic() + timeout
         while len(recs := self.rounds()) < n:
@@ -324,6 +333,24 @@ class Victim:
                 raise SystemExit(f"victim: fewer than {n} rounds in {timeout:.0f}s")
             await asyncio.sleep(0.2)
         return recs
+
+
+def start_node(tmp: Path, name: str, external: int, questions: int) -> Victim:
+    """A ``swarmnode start`` process on the tiny model (1 thread), data and log in tmp."""
+    from tests.tiny import make_tiny_model
+
+    model = str(make_tiny_model(tmp / "tiny", "llama"))
+    cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
+    (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    log = tmp / f"{name}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(tmp / f"{name}.yaml")],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+    )
+    return Victim(proc, tmp / name, log)
 
 
 def start_flooder(addr: str, identities: int, rate: float, groups: int) -> subprocess.Popen[bytes]:
@@ -448,31 +475,12 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
-    from tests.tiny import make_tiny_model
-
-    model = str(make_tiny_model(tmp / "tiny", "llama"))
-    cfg = node_cfg(model, tmp / "victim", True, args.external, args.questions, 8, 48)
-    (tmp / "victim.yaml").write_text(yaml.safe_dump(cfg))
-    log = tmp / "victim.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(tmp / "victim.yaml")],
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
-    )
-    victim = Victim(proc, tmp / "victim", log)
+    victim = start_node(tmp, "victim", args.external, args.questions)
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
     res: dict[str, dict[str, Any]] = {}
     try:
-        addr = None
-        while addr is None:
-            victim.rounds()
-            try:
-                addr = victim.status()["swarm"]["listen_addrs"][0]
-            except (ControlError, IndexError, KeyError, TypeError):
-                await asyncio.sleep(0.5)
+        addr = await victim.address()
         honest_task = asyncio.create_task(
             honest_peer(addr, tmp, tmp / "victim", stop, args.questions, 8, ids, published)
         )
@@ -491,8 +499,8 @@ async def amain(args: argparse.Namespace) -> int:
         stop.set()
         if honest_task is not None:
             await asyncio.wait_for(honest_task, 30)
-        proc.terminate()
-        proc.wait(timeout=60)
+        victim.proc.terminate()
+        victim.proc.wait(timeout=60)
     print(f"victim data and log: {tmp}" if args.keep else "", flush=True)
     print(summary(res), flush=True)
     if not args.keep:

@@ -46,8 +46,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
@@ -59,10 +57,8 @@ from bench_flood import (  # noqa: E402
     deltas,
     flood_pool,
     honest_peer,
+    start_node,
 )
-from bench_swarm import node_cfg  # noqa: E402
-
-from swarmnode.control import ControlError  # noqa: E402
 
 FORWARDERS: list[subprocess.Popen[bytes]] = []
 
@@ -257,31 +253,12 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    from tests.tiny import make_tiny_model
-
-    model = str(make_tiny_model(tmp / "tiny", "llama"))
-    cfg = node_cfg(model, tmp / "node", True, args.external, args.questions, 8, 48)
-    (tmp / "node.yaml").write_text(yaml.safe_dump(cfg))
-    log = tmp / "node.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(tmp / "node.yaml")],
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
-    )
-    victim = Victim(proc, tmp / "node", log)
+    victim = start_node(tmp, "node", args.external, args.questions)
     res: dict[str, dict[str, Any]] = {}
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
     try:
-        addr = None
-        while addr is None:
-            victim.rounds()
-            try:
-                addr = victim.status()["swarm"]["listen_addrs"][0]
-            except (ControlError, IndexError, KeyError, TypeError):
-                await asyncio.sleep(0.5)
+        addr = await victim.address()
         honest_task = asyncio.create_task(
             honest_peer(addr, tmp, tmp / "node", stop, args.questions, 8, ids, published)
         )
@@ -297,8 +274,8 @@ async def amain(args: argparse.Namespace) -> int:
         stop.set()
         if honest_task is not None:
             await asyncio.wait_for(honest_task, 30)
-        proc.terminate()
-        proc.wait(timeout=60)
+        victim.proc.terminate()
+        victim.proc.wait(timeout=60)
     print(f"node data and log: {tmp}" if args.keep else "", flush=True)
     print(summary(res, args), flush=True)
     if not args.keep:

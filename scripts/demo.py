@@ -66,8 +66,8 @@ def summary(out: Path, n: int) -> None:
             continue
         first = sum(r.reward_mean for r in recs[:5]) / len(recs[:5])
         last = sum(r.reward_mean for r in recs[-5:]) / len(recs[-5:])
-        ext = sum(r.get("external_groups", 0) for r in recs)
-        peers = max((r.get("external_peers", 0) for r in recs), default=0)
+        ext = sum(r.external_groups for r in recs)
+        peers = max((r.external_peers for r in recs), default=0)
         print(f"node-{i}  {len(recs):>6}  {first:>13.3f}  {last:>12.3f}  {ext:>23}  {peers:>5}")
 
 

@@ -57,6 +57,7 @@ from bench_flood import (  # noqa: E402
     deltas,
     flood_pool,
     honest_peer,
+    shut_down,
     start_node,
 )
 
@@ -268,14 +269,7 @@ async def amain(args: argparse.Namespace) -> int:
         for name in ("calm", "scale"):
             res[name] = await phase(victim, name, addr, args)
     finally:
-        for child in FORWARDERS:
-            if child.poll() is None:
-                child.kill()
-        stop.set()
-        if honest_task is not None:
-            await asyncio.wait_for(honest_task, 30)
-        victim.proc.terminate()
-        victim.proc.wait(timeout=60)
+        await shut_down(victim, FORWARDERS, stop, honest_task)
     print(f"node data and log: {tmp}" if args.keep else "", flush=True)
     print(summary(res, args), flush=True)
     if not args.keep:

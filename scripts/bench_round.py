@@ -40,6 +40,11 @@ timed round; ours from ``StepStats``, TRL's from the completion masks its loss s
 
     .venv/bin/python scripts/bench_round.py                # 1 warm-up + 5 timed rounds
     .venv/bin/python scripts/bench_round.py --rounds 2 --threads 1
+    python scripts/bench_round.py --device cuda --questions 8 --max-new-tokens 256
+
+``--device cuda`` runs both systems on the GPU in bf16 (weights, sampling and
+training; TRL with ``bf16=True``) and adds ``peak_cuda_mib`` to the last line;
+``--questions`` and ``--max-new-tokens`` size the round (defaults as above).
 """
 
 from __future__ import annotations
@@ -98,6 +103,24 @@ def parse_args() -> argparse.Namespace:
     )
     p.add_argument("--seed", type=int, default=0, help="seed for both systems (default 0)")
     p.add_argument(
+        "--device",
+        choices=["cpu", "cuda"],
+        default="cpu",
+        help="cpu (fp32, the default) or cuda (both systems in bf16; torch threads still apply)",
+    )
+    p.add_argument(
+        "--questions",
+        type=int,
+        default=QUESTIONS,
+        help=f"questions per round, x{COMPLETIONS} completions each (default {QUESTIONS})",
+    )
+    p.add_argument(
+        "--max-new-tokens",
+        type=int,
+        default=MAX_NEW_TOKENS,
+        help=f"completion length cap (default {MAX_NEW_TOKENS})",
+    )
+    p.add_argument(
         "--rollout-dtype",
         choices=["auto", "float32", "bfloat16"],
         default="auto",
@@ -113,6 +136,10 @@ def parse_args() -> argparse.Namespace:
     args = p.parse_args()
     if args.rounds < 1 or args.warmup < 0 or args.threads < 1:
         p.error("--rounds and --threads must be >= 1, --warmup >= 0")
+    if args.questions < 1 or args.max_new_tokens < 1:
+        p.error("--questions and --max-new-tokens must be >= 1")
+    if args.questions * COMPLETIONS % args.trl_micro_batch:
+        p.error(f"--questions x {COMPLETIONS} must be a multiple of --trl-micro-batch")
     return args
 
 
@@ -164,13 +191,15 @@ def main() -> int:
     torch.set_num_threads(args.threads)
     quiet_transformers()
     steps = args.warmup + args.rounds
+    cuda = args.device == "cuda"
+    dtype = "bfloat16" if cuda else "float32"
     cfg = parse_config(
         {
-            "model": {"device": "cpu", "dtype": "float32", "threads": args.threads},
+            "model": {"device": args.device, "dtype": dtype, "threads": args.threads},
             "rollout": {
-                "questions_per_round": QUESTIONS,
+                "questions_per_round": args.questions,
                 "completions_per_question": COMPLETIONS,
-                "max_new_tokens": MAX_NEW_TOKENS,
+                "max_new_tokens": args.max_new_tokens,
                 "temperature": 1.0,
                 "top_p": 1.0,
                 "dtype": args.rollout_dtype,
@@ -190,15 +219,15 @@ def main() -> int:
     entries: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     for k in range(steps):
-        for ref in tasks.sample(k + 1, QUESTIONS):
+        for ref in tasks.sample(k + 1, args.questions):
             entry = tasks.regenerate(ref)
             rows.append({"prompt": tasks.messages(entry["question"]), "item": len(entries)})
             entries.append(entry)
     expected_prompts = [
         sorted(
             {
-                tuple(ours.prompt_ids(entries[k * QUESTIONS + i]["question"]))
-                for i in range(QUESTIONS)
+                tuple(ours.prompt_ids(entries[k * args.questions + i]["question"]))
+                for i in range(args.questions)
             }
         )
         for k in range(steps)
@@ -213,19 +242,19 @@ def main() -> int:
     t = cfg.train
     trl_args = GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="bench-round-"),
-        use_cpu=True,
-        bf16=False,
+        use_cpu=not cuda,
+        bf16=cuda,
         fp16=False,
-        model_init_kwargs={"dtype": "float32"},
+        model_init_kwargs={"dtype": dtype},
         gradient_checkpointing=False,  # TRL turns it on by default: recomputation costs time
         # One generation batch of 16 = one optimizer step (steps_per_generation defaults
         # to gradient_accumulation_steps, so nothing is generated twice or reused).
         per_device_train_batch_size=args.trl_micro_batch,
-        gradient_accumulation_steps=QUESTIONS * COMPLETIONS // args.trl_micro_batch,
+        gradient_accumulation_steps=args.questions * COMPLETIONS // args.trl_micro_batch,
         num_generations=COMPLETIONS,
         num_iterations=1,  # on-policy: no old-log-prob forward
         beta=0.0,  # no KL: no reference model, no reference forward
-        max_completion_length=MAX_NEW_TOKENS,
+        max_completion_length=args.max_new_tokens,
         temperature=1.0,
         top_p=1.0,
         top_k=0,
@@ -305,6 +334,10 @@ def main() -> int:
     )
     theirs._generate_single_turn = counted_generate(theirs._generate_single_turn)  # type: ignore[method-assign]
 
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize()
+
     def run_ours(k: int) -> None:
         t0 = time.perf_counter()
         groups, gen = ours.rollout(k + 1)
@@ -313,6 +346,7 @@ def main() -> int:
         if not args.allow_skip:
             groups = [with_signal(g) for g in groups]
         step = ours.update(groups)
+        sync()
         t2 = time.perf_counter()
         note = f"no-signal groups {natural_skips}, trained {step.groups_trained}"
         results.ours[k] = Timing(
@@ -342,6 +376,7 @@ def main() -> int:
             self.t0 = time.perf_counter()
 
         def on_step_end(self, args_: Any, state: Any, control: Any, **_: Any) -> None:
+            sync()
             elapsed = time.perf_counter() - self.t0
             k = state.global_step - 1  # already advanced past the step that just ended
             timing = results.trl[k]
@@ -371,9 +406,10 @@ def main() -> int:
     theirs.add_callback(Interleave())
     print(
         f"bench_round: torch {torch.__version__}, trl {trl.__version__}, threads {args.threads}, "
-        f"ours samples in {str(ours.sample_dtype).removeprefix('torch.')}, TRL in float32, "
+        f"device {args.device}, ours samples in {str(ours.sample_dtype).removeprefix('torch.')}, "
+        f"TRL in {dtype}, "
         f"TRL micro-batch {args.trl_micro_batch}, "
-        f"{QUESTIONS}x{COMPLETIONS} completions <= {MAX_NEW_TOKENS} tokens, "
+        f"{args.questions}x{COMPLETIONS} completions <= {args.max_new_tokens} tokens, "
         f"warm-up {args.warmup}, timed {args.rounds}, "
         f"skip {'allowed' if args.allow_skip else 'off'}",
         flush=True,
@@ -405,6 +441,8 @@ def main() -> int:
         " ".join(f"{k}={v:.3f}" for k, v in figures.items())
         + f" rounds={args.rounds} threads={args.threads}"
         + f" peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}"
+        + (f" peak_cuda_mib={torch.cuda.max_memory_allocated() // 2**20}" if cuda else "")
+        + f" device={args.device}"
     )
     return 0
 

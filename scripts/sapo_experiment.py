@@ -15,6 +15,7 @@ so only the source of the trained-on groups differs:
                sapo.complete_groups: peers' verified answers to the swarm's
                scheduled items join this node's no-signal groups)
     complete-only   I = B, J = 0 + group completion (ablation: completion alone)
+    shared-only     I = B, J = 0 + the shared items, no completion (ablates completion)
     complete-is     complete + importance weights from the senders' log-probs
     complete-nomask complete without the mask of peers' unlikely negative tokens
 
@@ -69,6 +70,7 @@ CONFIGS = (
     "adaptive",
     "complete",
     "complete-only",
+    "shared-only",
     "complete-is",
     "complete-nomask",
 )
@@ -101,6 +103,11 @@ def sharing(name: str, budget: int) -> dict[str, Any]:
             "external_groups": 0,
             "shared_items": half,
             "complete_groups": True,
+        },
+        "shared-only": {  # ablation of complete-only: the shared items, no completion
+            "local_groups": budget,
+            "external_groups": 0,
+            "shared_items": half,
         },
     }
     table["complete-is"] = table["complete-nomask"] = table["complete"]

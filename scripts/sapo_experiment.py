@@ -276,6 +276,7 @@ def read_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
                         "compute_s": round(compute, 3),  # generation + update, no waits
                         "reward": r["reward_mean"],
                         "accuracy": r["accuracy"],
+                        "format_reward": r.get("format_reward", 0.0),
                         "groups_trained": r["groups_trained"],
                         "external_groups": r.get("external_groups", 0),
                         "completed_groups": r.get("completed_groups", 0),
@@ -340,6 +341,32 @@ def plot(rows: list[dict[str, Any]], names: list[str], out: Path, window: int) -
     save_figure(fig, out, title="mean over nodes and seeds, 95% band", dpi=110)
 
 
+def drift_table(rows: list[dict[str, Any]], names: list[str], completions: int) -> list[str]:
+    """Own completions' length and format reward by thirds of the run, per config.
+
+    Training on peers' whole groups can pull a node's own sampling away from what
+    it did alone; these two columns show it (tokens per generated completion, and
+    the share of completions in the answer format)."""
+    last = max((r["round"] for r in rows), default=0)
+    cuts = [(1, last // 3), (last // 3 + 1, 2 * last // 3), (2 * last // 3 + 1, last)]
+    span = " / ".join(f"{a}-{b}" for a, b in cuts)
+    out = [
+        "",
+        f"| config | tokens per own completion, rounds {span} | format reward, same thirds |",
+        "|---|---|---|",
+    ]
+    for n in names:
+        cells = []
+        for key, scale in (("tokens_generated", completions), ("format_reward", 1)):
+            thirds = []
+            for a, b in cuts:
+                xs = [r[key] / scale for r in rows if r["config"] == n and a <= r["round"] <= b]
+                thirds.append(f"{sum(xs) / len(xs):.{1 if scale > 1 else 2}f}" if xs else "—")
+            cells.append(" / ".join(thirds))
+        out.append(f"| {n} | {cells[0]} | {cells[1]} |")
+    return out
+
+
 def summarise(
     args: argparse.Namespace, rows: list[dict[str, Any]], held: list[dict[str, Any]]
 ) -> str:
@@ -398,6 +425,7 @@ def summarise(
             f"{n}_tokens_trained={t['tokens_trained']:.0f} "
             f"{n}_cumulative={sum(keys.values()) / k:.3f} {n}_heldout={mean_acc:.3f}"
         )
+    lines += drift_table(rows, names, args.completions * args.questions)
     plot(rows, names, args.out / "curves.png", args.window)
     text = "\n".join(lines) + "\n"
     (args.out / "results.md").write_text(text)

@@ -49,3 +49,23 @@ def test_quick_experiment_with_seeds(tiny_model_dir: Path, tmp_path: Path) -> No
     # Aggregation alone reads what exists and prints the same figures.
     agg = run(*common, "--aggregate")
     assert agg.returncode == 0 and agg.stdout.strip().splitlines()[-1] == last
+
+
+def test_drift_table_by_thirds() -> None:
+    """Length per own completion and format reward, averaged by thirds of the run."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from sapo_experiment import drift_table
+
+    rows = [
+        {"config": c, "round": k, "tokens_generated": t * 16, "format_reward": f}
+        for c, t, f in (("none", 10, 1.0), ("balanced", 0, 0.0))
+        for k in range(1, 7)
+    ]
+    for r in rows:  # balanced drifts: 10, 10, 20, 20, 40, 40 tokens; format 1, 1, .5, .5, 0, 0
+        if r["config"] == "balanced":
+            r["tokens_generated"] = 16 * 10 * 2 ** ((r["round"] - 1) // 2)
+            r["format_reward"] = 1.0 - 0.5 * ((r["round"] - 1) // 2)
+    table = drift_table(rows, ["none", "balanced"], completions=16)
+    assert "rounds 1-2 / 3-4 / 5-6" in table[1]
+    assert "| none | 10.0 / 10.0 / 10.0 | 1.00 / 1.00 / 1.00 |" in table
+    assert "| balanced | 10.0 / 20.0 / 40.0 | 1.00 / 0.50 / 0.00 |" in table

@@ -174,6 +174,14 @@ class TrainConfig(_Section):
         "longest row; a longer single completion goes alone): bounds the update's memory "
         "whatever G peers send (null = no limit).",
     )
+    packed_update: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description="'on': the update packs completions of different groups into one "
+        "forward (each row with its own prompt, as TRL does): fewer kernel launches, "
+        "which is what a GPU waits on. 'off': "
+        "one forward of each group's prompt shared by its completions, less compute, "
+        "which is what a CPU waits on. 'auto' = on for CUDA, off on CPU.",
+    )
     format_reward_weight: float = Field(
         0.0, ge=0, le=1, description="Weight of the format reward added to the task reward."
     )

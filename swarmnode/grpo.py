@@ -1,8 +1,11 @@
 """The GRPO policy update: one step over a list of rollout groups, whatever their origin.
 
-Read top to bottom: advantages per group, then per group one forward of the prompt
-(its KV cache shared by the G completions), the policy-gradient loss on completion
-tokens, optional KL to the frozen base, backward; one optimizer step at the end.
+Read top to bottom: advantages per group, then per micro-batch one forward, the
+policy-gradient loss on completion tokens, optional KL to the frozen base, backward;
+one optimizer step at the end. A micro-batch is either rows of one group, its prompt
+forwarded once and its KV cache shared by the completions (less compute: the CPU
+default), or rows of several groups packed with their own prompts (fewer kernel
+launches: the CUDA default, ``train.packed_update``). Both give the same loss.
 
 Invariants:
 - Groups without signal (reward std below ``SIGNAL_MIN_STD``) get zero advantages and
@@ -27,10 +30,11 @@ Invariants:
   advantages always count: raising a peer's good but, to us, unlikely token is the
   point of sharing. Masked tokens still count in the token-mean denominator.
 - KL, when enabled, uses the adapter-disabled model as reference (k3 estimator).
-- Memory is bounded by configuration, not by what peers send: a group is split into
-  micro-batches of at most ``micro_batch_size`` completions and ``micro_batch_tokens``
-  padded tokens (``micro_batches``); one completion longer than that goes alone, and
-  peers' completions are at most ``rollout.max_new_tokens`` long (``Trainer``).
+- Memory is bounded by configuration, not by what peers send: a micro-batch holds
+  at most ``micro_batch_size`` completions and ``micro_batch_tokens`` padded
+  completion tokens (``micro_batches``; packed, also its rows' prompts); one
+  completion longer than that goes alone, and peers' completions are at most
+  ``rollout.max_new_tokens`` long (``Trainer``).
 """
 
 from __future__ import annotations
@@ -136,6 +140,40 @@ def completion_logprobs(
     return torch.cat([head, rest], dim=1), mask
 
 
+def packed_logprobs(
+    model: torch.nn.Module,
+    prompts: Sequence[Sequence[int]],
+    completions: Sequence[Sequence[int]],
+    pad_id: int,
+    temperature: float = 1.0,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Like ``completion_logprobs`` for rows with each its own prompt, in one forward.
+
+    Prompts are left-padded and completions right-padded, so every completion starts
+    at the same column and only the logits of the completion columns are kept. Each
+    row pays its whole prompt (no shared KV cache): more compute, fewer launches.
+
+    Returns (logp [n, L], mask [n, L]).
+    """
+    device = next(model.parameters()).device
+    n = len(completions)
+    p_width = max(len(p) for p in prompts)
+    c_width = max(len(c) for c in completions)
+    ids = torch.full((n, p_width + c_width), pad_id, dtype=torch.long, device=device)
+    attn = torch.zeros_like(ids)
+    for i, (p, c) in enumerate(zip(prompts, completions, strict=True)):
+        row = torch.tensor([*p, *c], device=device)
+        ids[i, p_width - len(p) : p_width + len(c)] = row
+        attn[i, p_width - len(p) : p_width + len(c)] = 1
+    pos = (attn.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=attn, position_ids=pos, logits_to_keep=c_width + 1)
+    logits = out.logits[:, :-1]  # column p_width - 1 + k predicts completion token k
+    del out
+    comp = ids[:, p_width:]
+    logp = token_logprobs(logits, temperature).gather(-1, comp[..., None]).squeeze(-1)
+    return logp, attn[:, p_width:]
+
+
 def token_logprobs(logits: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """``log_softmax(logits / temperature)`` in float32, without a copy of the logits
     for the division when the temperature is 1 (the full-vocabulary logits are the
@@ -200,8 +238,12 @@ def grpo_step(
     micro_batch_tokens: int | None = None,
     temperature: float = 1.0,
     should_stop: Callable[[], bool] = lambda: False,
+    packed: bool = False,
 ) -> StepStats:
-    """One policy-gradient step on ``groups`` (already tokenised, with advantages)."""
+    """One policy-gradient step on ``groups`` (already tokenised, with advantages).
+
+    ``packed``: micro-batches mix rows of different groups (``packed_logprobs``);
+    otherwise each holds rows of one group, its prompt forwarded once. Same loss."""
     stats = StepStats()
     useful = [g for g in groups if any(abs(a) > 0 for a in g.advantages)]
     stats.groups_skipped = len(groups) - len(useful)
@@ -213,42 +255,41 @@ def grpo_step(
     model.train()
     loss_sum = kl_sum = 0.0
     log_floor = math.log(cfg.external_min_prob) if cfg.external_min_prob > 0 else -math.inf
-    for group in useful:
-        lengths = [len(c) for c in group.completion_ids]
-        for start, end in micro_batches(lengths, micro_batch_size, micro_batch_tokens):
-            if should_stop():
-                optimizer.zero_grad(set_to_none=True)
-                raise InterruptedError("stop requested during the update")
-            comps = group.completion_ids[start:end]
-            adv = torch.tensor(group.advantages[start:end], device=_dev(model))
-            logp, mask = completion_logprobs(model, group.prompt_ids, comps, pad_id, temperature)
-            a = adv[:, None]
-            per_token = -a * logp  # the policy gradient: we are on policy, no ratio
-            sender = group.sender_logprobs
-            if group.external and sender is not None:  # a peer's: truncated IS weight
-                own = (logp.detach() * mask).sum(-1)
-                w = importance_weights(own, sender[start:end], cfg.importance_cap)
-                per_token = per_token * w[:, None]
-                known = [lp is not None for lp in sender[start:end]]
-                stats.weighted += sum(known)
-                stats.weight_sum += sum(float(x) for x, k in zip(w, known, strict=True) if k)
-            if reference is not None:  # the frozen base = the adapter switched off
-                with torch.no_grad(), reference():
-                    ref_logp, _ = completion_logprobs(
-                        model, group.prompt_ids, comps, pad_id, temperature
-                    )
-                d = ref_logp - logp
-                kl = torch.exp(d) - d - 1
-                per_token = per_token + cfg.kl_coef * kl
-                kl_sum += float((kl.detach() * mask).sum())
-            m = mask.to(per_token.dtype)
-            if group.external and log_floor > -math.inf:
-                drop = (a < 0) & (logp.detach() < log_floor) & (mask > 0)
-                stats.tokens_masked += int(drop.sum())
-                m = m * (~drop).to(m.dtype)
-            loss = (per_token * m).sum() / total_tokens
-            loss.backward()
-            loss_sum += float(loss.detach())
+    for rows in _plan(useful, packed, micro_batch_size, micro_batch_tokens):
+        if should_stop():
+            optimizer.zero_grad(set_to_none=True)
+            raise InterruptedError("stop requested during the update")
+        prompts = [useful[g].prompt_ids for g, _ in rows]
+        comps = [useful[g].completion_ids[j] for g, j in rows]
+        external = [useful[g].external for g, _ in rows]
+        sender = [_sender_logprob(useful[g], j) for g, j in rows]
+        device = _dev(model)
+        a = torch.tensor([useful[g].advantages[j] for g, j in rows], device=device)[:, None]
+        logp, mask = _rows_logprobs(model, prompts, comps, pad_id, temperature, packed)
+        per_token = -a * logp  # the policy gradient: we are on policy, no ratio
+        known = [lp is not None for lp in sender]
+        if any(known):  # peers' completions with their log-probs: truncated IS weight
+            own = (logp.detach() * mask).sum(-1)
+            w = importance_weights(own, sender, cfg.importance_cap)
+            per_token = per_token * w[:, None]
+            stats.weighted += sum(known)
+            stats.weight_sum += sum(float(x) for x, k in zip(w, known, strict=True) if k)
+        if reference is not None:  # the frozen base = the adapter switched off
+            with torch.no_grad(), reference():
+                ref_logp, _ = _rows_logprobs(model, prompts, comps, pad_id, temperature, packed)
+            d = ref_logp - logp
+            kl = torch.exp(d) - d - 1
+            per_token = per_token + cfg.kl_coef * kl
+            kl_sum += float((kl.detach() * mask).sum())
+        m = mask.to(per_token.dtype)
+        if any(external) and log_floor > -math.inf:
+            ext = torch.tensor(external, device=device)[:, None]
+            drop = (a < 0) & (logp.detach() < log_floor) & (mask > 0) & ext
+            stats.tokens_masked += int(drop.sum())
+            m = m * (~drop).to(m.dtype)
+        loss = (per_token * m).sum() / total_tokens
+        loss.backward()
+        loss_sum += float(loss.detach())
     params = [p for p in model.parameters() if p.requires_grad]
     stats.grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
     optimizer.step()
@@ -258,6 +299,45 @@ def grpo_step(
     stats.groups_trained = len(useful)
     stats.tokens_trained = total_tokens
     return stats
+
+
+def _plan(
+    groups: Sequence[TokenizedGroup],
+    packed: bool,
+    max_rows: int | None,
+    max_tokens: int | None,
+) -> list[list[tuple[int, int]]]:
+    """The step's micro-batches as (group index, completion index) rows."""
+    if packed:  # the same bound on padded completion tokens, across groups
+        rows = [(g, j) for g, grp in enumerate(groups) for j in range(len(grp.completion_ids))]
+        lengths = [len(groups[g].completion_ids[j]) for g, j in rows]
+        return [rows[a:b] for a, b in micro_batches(lengths, max_rows, max_tokens)]
+    plan = []
+    for g, grp in enumerate(groups):
+        lengths = [len(c) for c in grp.completion_ids]
+        for a, b in micro_batches(lengths, max_rows, max_tokens):
+            plan.append([(g, j) for j in range(a, b)])
+    return plan
+
+
+def _rows_logprobs(
+    model: torch.nn.Module,
+    prompts: list[list[int]],
+    comps: list[list[int]],
+    pad_id: int,
+    temperature: float,
+    packed: bool,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    if packed:
+        return packed_logprobs(model, prompts, comps, pad_id, temperature)
+    return completion_logprobs(model, prompts[0], comps, pad_id, temperature)  # one group
+
+
+def _sender_logprob(group: TokenizedGroup, j: int) -> float | None:
+    """The sender's log-prob of a peer's completion j (None: own, or unknown)."""
+    if not group.external or group.sender_logprobs is None:
+        return None
+    return group.sender_logprobs[j]
 
 
 def _dev(model: torch.nn.Module) -> torch.device:

@@ -71,6 +71,8 @@ class Trainer:
         self._score = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
         model_dtype = next(policy.model.parameters()).dtype
         self.sample_dtype = sampling_dtype(cfg.rollout.dtype, policy.device, model_dtype)
+        mode = cfg.train.packed_update  # auto: pack on CUDA (launch-bound), not on CPU
+        self.packed = mode == "on" or (mode == "auto" and policy.device.type == "cuda")
 
     def _extra_eos(self) -> list[int]:
         gen_cfg = getattr(self.policy.model, "generation_config", None)
@@ -229,4 +231,5 @@ class Trainer:
                 micro_batch_tokens=self.cfg.train.micro_batch_tokens,
                 temperature=self.cfg.rollout.temperature,
                 should_stop=should_stop,
+                packed=self.packed,
             )

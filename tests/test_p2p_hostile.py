@@ -244,3 +244,41 @@ def test_short_fuzz_of_envelopes_frames_and_payloads() -> None:
     assert out["poisoned"] == 0
     assert out["honest_delivered"] == out["honest_sent"] == 40
     assert out["counters"].get("rejected.signature", 0) > 500  # the envelopes were reached
+
+
+def test_a_peer_message_is_verified_once(tmp_path: Path, monkeypatch: Any) -> None:
+    """py-libp2p verifies again under strict signing: not the message we verified."""
+    from swarmnode.p2p import gossip
+
+    calls: list[tuple[bytes, bytes]] = []
+    real = gossip.signature_validator
+
+    def counting(msg: rpc_pb2.Message) -> bool:
+        calls.append((bytes(msg.from_id), bytes(msg.seqno)))
+        return bool(real(msg))
+
+    monkeypatch.setattr(gossip, "signature_validator", counting)
+
+    async def main() -> None:
+        node = GossipTransport(swarm_cfg(), tmp_path / "node")
+        await node.start()
+        honest = GossipTransport(
+            swarm_cfg(bootstrap=[node.info.listen_addrs[0]]),  # type: ignore[union-attr]
+            tmp_path / "honest",
+        )
+        await honest.start()
+        col = Collector(node)
+        honest_id.append(honest.peer_id)
+        try:
+            await wait_for(lambda: honest.stats()["mesh_size"] >= 1, "honest peer in mesh")
+            await honest.publish(batch(5))
+            await wait_for(lambda: col.has(honest.peer_id, 5), "delivery")
+        finally:
+            await honest.stop()
+            await node.stop()
+
+    honest_id: list[str] = []
+    run(main())
+    mine = [c for c in calls if ID(c[0]).to_base58() == honest_id[0]]
+    # One check on the sender for its own publish (py-libp2p's), one on the node.
+    assert len(mine) == 2, calls

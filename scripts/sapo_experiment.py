@@ -357,11 +357,11 @@ def drift_table(rows: list[dict[str, Any]], names: list[str], completions: int) 
     ]
     for n in names:
         cells = []
-        for key, scale in (("tokens_generated", completions), ("format_reward", 1)):
+        for key, scale, digits in (("tokens_generated", completions, 1), ("format_reward", 1, 2)):
             thirds = []
             for a, b in cuts:
                 xs = [r[key] / scale for r in rows if r["config"] == n and a <= r["round"] <= b]
-                thirds.append(f"{sum(xs) / len(xs):.{1 if scale > 1 else 2}f}" if xs else "—")
+                thirds.append(f"{sum(xs) / len(xs):.{digits}f}" if xs else "—")
             cells.append(" / ".join(thirds))
         out.append(f"| {n} | {cells[0]} | {cells[1]} |")
     return out

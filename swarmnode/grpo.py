@@ -255,6 +255,7 @@ def grpo_step(
     model.train()
     loss_sum = kl_sum = 0.0
     log_floor = math.log(cfg.external_min_prob) if cfg.external_min_prob > 0 else -math.inf
+    device = _dev(model)
     for rows in _plan(useful, packed, micro_batch_size, micro_batch_tokens):
         if should_stop():
             optimizer.zero_grad(set_to_none=True)
@@ -263,7 +264,6 @@ def grpo_step(
         comps = [useful[g].completion_ids[j] for g, j in rows]
         external = [useful[g].external for g, _ in rows]
         sender = [_sender_logprob(useful[g], j) for g, j in rows]
-        device = _dev(model)
         a = torch.tensor([useful[g].advantages[j] for g, j in rows], device=device)[:, None]
         logp, mask = _rows_logprobs(model, prompts, comps, pad_id, temperature, packed)
         per_token = -a * logp  # the policy gradient: we are on policy, no ratio

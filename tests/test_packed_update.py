@@ -4,12 +4,13 @@ gives the per-group update's loss and gradients, whole or split into micro-batch
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from swarmnode.config import parse_config
-from swarmnode.grpo import TokenizedGroup, grpo_step
+from swarmnode.grpo import StepStats, TokenizedGroup, grpo_step
 from swarmnode.model import load_policy
 from swarmnode.trainer import Trainer
 from tests.helpers import tiny_config
@@ -46,7 +47,9 @@ def _groups(trainer: Trainer) -> list[TokenizedGroup]:
     ]
 
 
-def _step(trainer: Trainer, groups: list[TokenizedGroup], **kw: object) -> tuple[object, dict]:
+def _step(
+    trainer: Trainer, groups: list[TokenizedGroup], **kw: Any
+) -> tuple[StepStats, dict[str, torch.Tensor]]:
     """One step's stats and gradients, from the same weights (the step is undone)."""
     model = trainer.policy.model
     before = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
@@ -83,19 +86,19 @@ def test_packed_matches_per_group(tiny_model_dir: Path, tmp_path: Path, kl_coef:
     groups = _groups(trainer)
     plain, g_plain = _step(trainer, groups)
     packed, g_packed = _step(trainer, groups, packed=True)
-    assert plain.groups_trained == packed.groups_trained == 3  # type: ignore[attr-defined]
-    assert plain.groups_skipped == packed.groups_skipped == 1  # type: ignore[attr-defined]
+    assert plain.groups_trained == packed.groups_trained == 3
+    assert plain.groups_skipped == packed.groups_skipped == 1
     for field in ("tokens_trained", "tokens_masked", "weighted"):
         assert getattr(plain, field) == getattr(packed, field), field
-    assert plain.tokens_masked > 0 and plain.weighted == 2  # type: ignore[attr-defined]
-    assert packed.loss == pytest.approx(plain.loss, rel=1e-4, abs=1e-6)  # type: ignore[attr-defined]
-    assert packed.kl == pytest.approx(plain.kl, rel=1e-3, abs=1e-7)  # type: ignore[attr-defined]
+    assert plain.tokens_masked > 0 and plain.weighted == 2
+    assert packed.loss == pytest.approx(plain.loss, rel=1e-4, abs=1e-6)
+    assert packed.kl == pytest.approx(plain.kl, rel=1e-3, abs=1e-7)
     assert g_plain.keys() == g_packed.keys() and g_plain
     for name, g in g_plain.items():
         torch.testing.assert_close(g_packed[name], g, rtol=1e-3, atol=1e-6)
     # Packed micro-batches of at most 12 padded completion tokens: the same step again.
     split, g_split = _step(trainer, groups, packed=True, micro_batch_tokens=12)
-    assert split.loss == pytest.approx(plain.loss, rel=1e-4, abs=1e-6)  # type: ignore[attr-defined]
+    assert split.loss == pytest.approx(plain.loss, rel=1e-4, abs=1e-6)
     for name, g in g_plain.items():
         torch.testing.assert_close(g_split[name], g, rtol=1e-3, atol=1e-6)
 

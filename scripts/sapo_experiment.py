@@ -18,6 +18,8 @@ so only the source of the trained-on groups differs:
     shared-only     I = B, J = 0 + the shared items, no completion (ablates completion)
     complete-is     complete + importance weights from the senders' log-probs
     complete-nomask complete without the mask of peers' unlikely negative tokens
+    balanced-pos    balanced, peers' wrong completions not trained (train.external_negatives)
+    heavy-pos       heavy, the same
 
 Runs are independent and resumable: ``--resume`` skips every (configuration, seed)
 whose nodes all finished their rounds and held-out scoring, and continues an
@@ -73,12 +75,17 @@ CONFIGS = (
     "shared-only",
     "complete-is",
     "complete-nomask",
+    "balanced-pos",
+    "heavy-pos",
 )
 # Ablations of the off-policy care, on top of ``complete``: importance weights from
 # the senders' log-probs; no mask of peers' unlikely negative tokens.
 TRAIN_OVERRIDES: dict[str, dict[str, Any]] = {
     "complete-is": {"importance_weights": "sequence"},
     "complete-nomask": {"external_min_prob": 0.0},
+    # peers only raise what they got right (their wrong completions are not trained)
+    "balanced-pos": {"external_negatives": False},
+    "heavy-pos": {"external_negatives": False},
 }
 
 
@@ -111,6 +118,7 @@ def sharing(name: str, budget: int) -> dict[str, Any]:
         },
     }
     table["complete-is"] = table["complete-nomask"] = table["complete"]
+    table["balanced-pos"], table["heavy-pos"] = table["balanced"], table["heavy"]
     if name not in table:
         raise SystemExit(f"unknown configuration {name!r}; known: {', '.join(CONFIGS)}")
     return table[name]

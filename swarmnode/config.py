@@ -192,6 +192,12 @@ class TrainConfig(_Section):
         description="Peers' tokens with a negative advantage that this policy gives less "
         "than this probability get no gradient (0 = train on all).",
     )
+    external_negatives: bool = Field(
+        True,
+        description="Train on peers' completions with a negative advantage (their wrong "
+        "answers). false: peers only raise what they got right; their wrong completions "
+        "are not forwarded.",
+    )
     importance_weights: Literal["off", "sequence"] = Field(
         "off",
         description="Off-policy care for peers' completions: 'sequence' weights each one "

@@ -29,6 +29,11 @@ Invariants:
   mass onto everything else (entropy up, the road to run-on completions). Positive
   advantages always count: raising a peer's good but, to us, unlikely token is the
   point of sharing. Masked tokens still count in the token-mean denominator.
+- ``external_negatives: false`` goes further: peers' completions with a negative
+  advantage are not forwarded at all (their tokens count as masked, and in the
+  denominator), so peers only ever raise what they got right. Whole-group sharing
+  otherwise pushes down peers' wrong text, which spreads mass over the vocabulary:
+  measured, the node's own completions turn into 48-token junk (docs/sapo-experiment).
 - KL, when enabled, uses the adapter-disabled model as reference (k3 estimator).
 - Memory is bounded by configuration, not by what peers send: a micro-batch holds
   at most ``micro_batch_size`` completions and ``micro_batch_tokens`` padded
@@ -256,7 +261,16 @@ def grpo_step(
     loss_sum = kl_sum = 0.0
     log_floor = math.log(cfg.external_min_prob) if cfg.external_min_prob > 0 else -math.inf
     device = _dev(model)
-    for rows in _plan(useful, packed, micro_batch_size, micro_batch_tokens):
+
+    def keep(g: int, j: int) -> bool:
+        grp = useful[g]
+        return cfg.external_negatives or not grp.external or grp.advantages[j] >= 0
+
+    for g, grp in enumerate(useful):
+        stats.tokens_masked += sum(
+            len(grp.completion_ids[j]) for j in range(len(grp.completion_ids)) if not keep(g, j)
+        )
+    for rows in _plan(useful, packed, micro_batch_size, micro_batch_tokens, keep):
         if should_stop():
             optimizer.zero_grad(set_to_none=True)
             raise InterruptedError("stop requested during the update")
@@ -306,17 +320,24 @@ def _plan(
     packed: bool,
     max_rows: int | None,
     max_tokens: int | None,
+    keep: Callable[[int, int], bool] = lambda g, j: True,
 ) -> list[list[tuple[int, int]]]:
-    """The step's micro-batches as (group index, completion index) rows."""
+    """The step's micro-batches as (group index, completion index) rows, ``keep``'s only."""
     if packed:  # the same bound on padded completion tokens, across groups
-        rows = [(g, j) for g, grp in enumerate(groups) for j in range(len(grp.completion_ids))]
+        rows = [
+            (g, j)
+            for g, grp in enumerate(groups)
+            for j in range(len(grp.completion_ids))
+            if keep(g, j)
+        ]
         lengths = [len(groups[g].completion_ids[j]) for g, j in rows]
         return [rows[a:b] for a, b in micro_batches(lengths, max_rows, max_tokens)]
     plan = []
     for g, grp in enumerate(groups):
-        lengths = [len(c) for c in grp.completion_ids]
+        js = [j for j in range(len(grp.completion_ids)) if keep(g, j)]
+        lengths = [len(grp.completion_ids[j]) for j in js]
         for a, b in micro_batches(lengths, max_rows, max_tokens):
-            plan.append([(g, j) for j in range(a, b)])
+            plan.append([(g, j) for j in js[a:b]])
     return plan
 
 

@@ -107,3 +107,35 @@ def test_auto_packs_on_cuda_only(tiny_model_dir: Path, tmp_path: Path) -> None:
     assert not _trainer(tiny_model_dir, tmp_path).packed  # auto on a CPU
     assert _trainer(tiny_model_dir, tmp_path, packed_update="on").packed
     assert not _trainer(tiny_model_dir, tmp_path, packed_update="off").packed
+
+
+@pytest.mark.parametrize("packed", [False, True])
+def test_no_external_negatives_is_masking_them_all(
+    tiny_model_dir: Path, tmp_path: Path, packed: bool
+) -> None:
+    """``external_negatives: false`` skips peers' negative rows: the same step as a mask
+    of every one of their tokens (same denominator), own groups untouched."""
+    groups = _groups(_trainer(tiny_model_dir, tmp_path))
+    negative = sum(
+        len(c)
+        for g in groups
+        if g.external
+        for c, a in zip(g.completion_ids, g.advantages, strict=True)
+        if a < 0
+    )
+    for g in groups:
+        g.sender_logprobs = None  # no importance weights: the two steps differ only by mask
+    off = _trainer(tiny_model_dir, tmp_path / "off", external_negatives=False)
+    skipped, g_skipped = _step(off, groups, packed=packed)
+    masked, g_masked = _step(
+        _trainer(tiny_model_dir, tmp_path / "mask", external_min_prob=0.999999),
+        groups,
+        packed=packed,
+    )
+    assert skipped.tokens_masked == masked.tokens_masked == negative > 0
+    assert skipped.tokens_trained == masked.tokens_trained
+    assert skipped.loss == pytest.approx(masked.loss, rel=1e-4, abs=1e-6)
+    for name, g in g_masked.items():
+        torch.testing.assert_close(g_skipped[name], g, rtol=1e-3, atol=1e-6)
+    own = [g for g in groups if not g.external]
+    assert _step(off, own, packed=packed)[0].tokens_masked == 0

@@ -435,6 +435,14 @@ class SapoConfig(_Section):
         description="'uniform' = the paper's sampler; 'adaptive' moves the I/J balance and "
         "ranks external groups (newest rounds first) by signal and the sender's record.",
     )
+    peer_tenure_s: float = Field(
+        600.0,
+        ge=0,
+        description="The sampler weighs each peer (not each group) equally once it has "
+        "sent verified groups for this long, and a newer one by the share of it it has "
+        "served: a flood of fresh identities cannot take an established peer's external "
+        "slots. 0 = every peer weighs the same from its first group.",
+    )
     publish: bool = Field(True, description="Publish this node's groups to the swarm.")
     freshness_s: float = Field(
         900.0, gt=0, description="External groups older than this are dropped, seconds."

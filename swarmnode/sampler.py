@@ -9,6 +9,13 @@ after local re-scoring (the zero-advantage filter the open-source implementation
 When fewer than J external groups exist, the update fills up with more of this
 round's local groups (if the round made more than I) and reports the shortfall.
 
+Both modes draw per peer, not per group: within a round tier a group's weight is its
+peer's weight divided by how many groups that peer has in the tier, so a peer that
+sends 64 groups a round gets no more slots than one that sends 2. A peer's weight
+grows with its tenure (how long ago its first verified group arrived, full weight at
+``sapo.peer_tenure_s``): identities created for a flood stand behind the peers the
+node already knows. With equal peers this is the paper's uniform draw.
+
 ``adaptive`` (beyond the paper): the same budget B = I + J, spent where the signal is.
 - Balance: local groups without signal would be skipped by the update anyway, so
   their slots go to external groups; external slots nobody can fill go back to local
@@ -23,7 +30,9 @@ round's local groups (if the round made more than I) and reports the shortfall.
 Invariants:
 - The update never holds more than B groups, and never a group twice.
 - A group taken from the queue leaves it: each external group is trained on once.
-- Deterministic given (seed, round) and the queue's content.
+- Deterministic given (seed, round), the queue's content and its clock.
+- Tenure is remembered for at most ``MAX_PEERS`` peers; past that the newest are
+  forgotten first (they lose the least).
 """
 
 from __future__ import annotations
@@ -31,12 +40,15 @@ from __future__ import annotations
 import math
 import random
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from swarmnode.config import SapoConfig
 from swarmnode.groups import RolloutGroup, reward_std
 from swarmnode.ingest import Entry, IngestQueue
+
+MAX_PEERS = 16_384
+MIN_TENURE_WEIGHT = 1e-3  # a brand-new peer still fills slots nobody else can
 
 
 @dataclass
@@ -90,12 +102,14 @@ class SwarmSampler:
         self.seed = seed
         self.peer_trust: dict[str, float] = {}  # adaptive: EMA of honest reward claims
         self._judged: dict[str, None] = {}  # queue keys already counted in peer_trust
+        self.first_seen: dict[str, float] = {}  # peer -> arrival of its first verified group
 
     def compose(self, round_index: int, local: Sequence[RolloutGroup]) -> Composition:
         rng = random.Random(f"sampler:{self.seed}:{round_index}")
         i = len(local) if self.cfg.local_groups is None else self.cfg.local_groups
         j = self.cfg.external_groups
         entries = self.queue.snapshot() if (self.queue is not None and j > 0) else []
+        self._note_tenure(entries)
         if self.cfg.mode == "adaptive":
             return self._adaptive(rng, list(local), i, j, entries)
         return self._uniform(rng, list(local), i, j, entries)
@@ -121,11 +135,7 @@ class SwarmSampler:
         j: int,
         entries: list[tuple[str, Entry]],
     ) -> Composition:
-        lag = round_lag(entries)
-        pool = list(entries)
-        rng.shuffle(pool)
-        pool.sort(key=lambda kv: lag[kv[0]])  # stable: uniform within each round
-        picked = pool[:j]
+        picked = self._draw(rng, entries, j, lambda e: 1.0)
         shortfall = j - len(picked)
         chosen = local[: i + shortfall]  # fill-up with the round's other local groups
         return self._finish(chosen, picked, shortfall)
@@ -146,7 +156,12 @@ class SwarmSampler:
         # Local slots whose groups carry no signal go to external groups.
         want = j + i - min(len(useful_local), i)
         n_ext = min(len(entries), budget - min_local, want)
-        picked = self._weighted(rng, entries, n_ext)
+        picked = self._draw(
+            rng,
+            entries,
+            n_ext,
+            lambda e: signal(e.group) * max(0.05, self.peer_trust.get(e.peer, 1.0)),
+        )
         n_local = min(len(useful_local), budget - len(picked))
         shortfall = max(0, j - len(picked))
         return self._finish(useful_local[:n_local], picked, shortfall)
@@ -161,16 +176,40 @@ class SwarmSampler:
         old = self.peer_trust.get(entry.peer, 1.0)
         self.peer_trust[entry.peer] = 0.9 * old + 0.1 * (1.0 if entry.claimed_match else 0.0)
 
-    def _weighted(
-        self, rng: random.Random, entries: list[tuple[str, Entry]], n: int
+    def _note_tenure(self, entries: list[tuple[str, Entry]]) -> None:
+        for _, e in entries:
+            seen = self.first_seen.get(e.peer)
+            if seen is None or e.arrived < seen:
+                self.first_seen[e.peer] = e.arrived
+        if len(self.first_seen) > MAX_PEERS:  # forget the newest peers first
+            keep = sorted(self.first_seen.items(), key=lambda kv: kv[1])[: MAX_PEERS // 2]
+            self.first_seen = dict(keep)
+
+    def tenure_weight(self, peer: str, now: float) -> float:
+        """1 for a peer heard from for ``peer_tenure_s`` or longer, less for a newer one."""
+        span = self.cfg.peer_tenure_s
+        if span <= 0:
+            return 1.0
+        age = now - self.first_seen.get(peer, now)
+        return min(1.0, max(MIN_TENURE_WEIGHT, age / span))
+
+    def _draw(
+        self,
+        rng: random.Random,
+        entries: list[tuple[str, Entry]],
+        n: int,
+        merit: Callable[[Entry], float],
     ) -> list[tuple[str, Entry]]:
+        """``n`` entries without replacement, the peers' newest rounds first; within a
+        round tier weight = tenure(peer) x merit(group) / (peer's groups in the tier)."""
+        now = self.queue.clock() if self.queue is not None else 0.0
         lag = round_lag(entries)
         picked: list[tuple[str, Entry]] = []
-        for tier in sorted(set(lag.values())):  # newest rounds first, as in uniform
+        for tier in sorted(set(lag.values())):
             pool = [(k, e) for k, e in entries if lag[k] == tier]
+            count = Counter(e.peer for _, e in pool)
             weights = [
-                signal(e.group) * max(0.05, self.peer_trust.get(e.peer, 1.0)) + 1e-12
-                for _, e in pool
+                self.tenure_weight(e.peer, now) * merit(e) / count[e.peer] + 1e-12 for _, e in pool
             ]
             while pool and len(picked) < n:  # weighted sampling without replacement
                 i = rng.choices(range(len(pool)), weights=weights)[0]

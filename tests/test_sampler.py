@@ -181,3 +181,46 @@ def test_adaptive_distrusts_a_lying_peer() -> None:
 def test_catalog_reference_matches_ingest_fixture() -> None:
     # Guard for the helpers above: the shared fixture's items are in the catalog.
     assert Catalog([SPEC]).canonical(ItemRef("basic_arithmetic", CFG, 7, 1)) is not None
+
+
+def test_slots_go_per_peer_not_per_group() -> None:
+    """A peer that sends 30 groups a round gets no more slots than one that sends 2."""
+    clock = Clock()
+    for mode in ("uniform", "adaptive"):
+        picks: Counter[str] = Counter()
+        for r in range(20):
+            q = queue_with(clock, {"bulk": 30, "small": 2}, start=40 * r)
+            s = sampler(q, clock, local_groups=0, external_groups=2, mode=mode, peer_tenure_s=0)
+            picks.update(g.origin for g in s.compose(r, []).groups)
+        # per group, "small" would get 2 of 32 groups' chances (~6 of 40 picks)
+        assert picks["small"] >= 12, (mode, picks)
+
+
+def test_fresh_identities_do_not_take_an_established_peers_slots() -> None:
+    """Five Sybils appear with 20 valid groups each; the peer heard from for 10 minutes
+    keeps its slot every round (with tenure off it would mostly lose it)."""
+    honest_rounds = {}
+    for tenure in (600.0, 0.0):
+        clock = Clock()
+        sapo = SapoConfig(queue_groups=512, max_peer_share=1.0)
+        q = IngestQueue(sapo, Catalog([SPEC]), score, clock=clock)
+        s = SwarmSampler(
+            SapoConfig(local_groups=0, external_groups=2, peer_tenure_s=tenure), q, seed=3
+        )
+        index = 0
+        for _ in range(5):  # ten quiet minutes: the honest peer's groups, trained on
+            assert q.offer("honest", [make_group(index)]) == 1
+            index += 1
+            s.compose(0, [])
+            clock.now += 120
+        trained = 0
+        for r in range(1, 11):  # the flood: every round 20 new groups per Sybil
+            assert q.offer("honest", [make_group(index)]) == 1
+            index += 1
+            for k in range(5):
+                for n in range(20):
+                    q.offer(f"sybil{k}", [make_group(20 * r + n, seed=100 + k)])
+            trained += sum(g.origin == "honest" for g in s.compose(r, []).groups)
+            clock.now += 10
+        honest_rounds[tenure] = trained
+    assert honest_rounds[600.0] == 10 and honest_rounds[0.0] <= 6, honest_rounds

@@ -334,6 +334,13 @@ class SwarmConfig(_Section):
             "stream is not read until the debt is paid, so flow control stops its writes."
         ),
     )
+    newcomer_s: float = Field(
+        120.0,
+        ge=0,
+        description="A peer's reading is charged to one budget shared by all newcomers "
+        "until the first valid message it handed us is this old: fresh identities (a "
+        "Sybil flood) together get one peer's frames and bytes a second. 0 = each its own.",
+    )
     forwarder_bytes_per_s: int = Field(
         1024 * 1024,
         ge=64 * 1024,

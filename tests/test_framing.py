@@ -18,7 +18,7 @@ from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
 from libp2p.network.stream.exceptions import StreamEOF
 
 from swarmnode.p2p.bridge import Counters
-from swarmnode.p2p.framing import CHUNK, FrameReader, ReadBudget
+from swarmnode.p2p.framing import CHUNK, NEWCOMERS, FrameReader, ReadBudget
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.ratelimit import TokenBucket
 from tests.test_p2p_hostile import ATTACKER_ID, frame, message, payload, raw_attacker
@@ -197,3 +197,39 @@ def test_idontwant_only_for_large_messages() -> None:
     assert sent == [[b"f\x02"]]  # the large one only
     trio.run(gs._emit_idontwant_for_message, b"not-cached", ["t"])  # unknown: as before
     assert len(sent) == 2
+
+
+def test_newcomers_share_one_budget_until_their_tenure() -> None:
+    """Five fresh identities reading 20 frames each pay one pool of 10 frames/s
+    (burst 20): ~8 s, where their own budgets would take 0 s; an established peer
+    pays its own budget meanwhile; a newcomer gets its own once its first valid
+    message is ``newcomer_s`` old."""
+    counters = Counters()
+    budget = ReadBudget(frames_per_s=10.0, bytes_per_s=1e6, counters=counters, newcomer_s=60.0)
+    done: dict[str, float] = {}
+
+    async def reader(peer: str, n: int) -> None:
+        for _ in range(n):
+            await budget.pace(peer, 1, 0)
+        done[peer] = trio.current_time()
+
+    async def main() -> None:
+        budget.note_good("old")
+        await trio.sleep(60)  # "old" has been heard from for a minute
+        assert budget.account("old") == "old" and budget.account("sybil0") == NEWCOMERS
+        start = trio.current_time()
+        async with trio.open_nursery() as nursery:
+            for k in range(5):
+                nursery.start_soon(reader, f"sybil{k}", 20)
+            nursery.start_soon(reader, "old", 20)  # its own burst: no wait
+        assert done["old"] - start == pytest.approx(0.0, abs=0.01)
+        assert max(done[f"sybil{k}"] for k in range(5)) - start == pytest.approx(8.0, abs=0.5)
+        budget.note_good("sybil0")
+        await trio.sleep(59)
+        assert budget.account("sybil0") == NEWCOMERS
+        await trio.sleep(1)
+        assert budget.account("sybil0") == "sybil0"
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    off = ReadBudget(frames_per_s=10.0, bytes_per_s=1e6, counters=counters)
+    assert off.account("anyone") == "anyone"  # newcomer_s = 0: every peer its own budget

@@ -24,10 +24,19 @@ Invariants:
   flooder its own send queue, not this node's CPU. Other peers' streams are
   untouched (each has its own budget). Pauses are counted (``throttled.reads``,
   ``throttled.ms``).
+- Newcomers share one budget: a peer is read from its own budget only once the
+  first valid message it handed us (``note_good``: signature checked) is
+  ``newcomer_s`` old; before that its reading is charged to one pool shared by all
+  newcomers. Identities cost nothing to make, so per-identity budgets multiply
+  with a Sybil flood; the pool caps fresh identities together at one peer's budget
+  (each reservation queues behind the pool's debt, so newcomers share it about
+  evenly). Tenure is kept for at most ``MAX_TENURE`` peers, the least recently
+  heard forgotten first.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import trio
@@ -38,6 +47,8 @@ from swarmnode.p2p.bridge import Counters
 from swarmnode.ratelimit import PeerBuckets
 
 CHUNK = 64 * 1024
+NEWCOMERS = "<newcomers>"  # the shared budget's key (no base58 peer ID looks like it)
+MAX_TENURE = 16_384
 
 
 def _varint(buf: bytearray) -> tuple[int, int] | None:
@@ -93,14 +104,44 @@ class FrameReader:
 class ReadBudget:
     """Per-peer frames and bytes a second; ``pace`` waits out a peer's debt."""
 
-    def __init__(self, frames_per_s: float, bytes_per_s: float, counters: Counters) -> None:
+    def __init__(
+        self,
+        frames_per_s: float,
+        bytes_per_s: float,
+        counters: Counters,
+        newcomer_s: float = 0.0,
+    ) -> None:
         # trio's clock: the reader sleeps on it (and tests can mock it)
         self.frames = PeerBuckets(frames_per_s, 2 * frames_per_s, clock=trio.current_time)
         self.bytes = PeerBuckets(bytes_per_s, 2 * bytes_per_s, clock=trio.current_time)
         self.counters = counters
+        self.newcomer_s = newcomer_s
+        self._first_good: OrderedDict[str, float] = OrderedDict()  # peer -> time
+
+    def note_good(self, peer: str) -> None:
+        """``peer`` handed us a valid message: its tenure starts (if it had none)."""
+        if self.newcomer_s <= 0:
+            return
+        if peer in self._first_good:
+            self._first_good.move_to_end(peer)
+            return
+        self._first_good[peer] = trio.current_time()
+        while len(self._first_good) > MAX_TENURE:
+            self._first_good.popitem(last=False)
+
+    def account(self, peer: str) -> str:
+        """The budget ``peer``'s reading is charged to: its own, or the newcomers'."""
+        if self.newcomer_s <= 0:
+            return peer
+        since = self._first_good.get(peer)
+        if since is not None and trio.current_time() - since >= self.newcomer_s:
+            return peer
+        return NEWCOMERS
 
     async def pace(self, peer: str, frames: int, nbytes: int) -> None:
-        """Charge ``frames`` frames and ``nbytes`` bytes to ``peer``; sleep off any debt."""
+        """Charge ``frames`` frames and ``nbytes`` bytes to ``peer``'s budget (or the
+        newcomers' pool); sleep off any debt."""
+        peer = self.account(peer)
         wait = max(
             self.frames.reserve(peer, frames) if frames else 0.0,
             self.bytes.reserve(peer, nbytes) if nbytes else 0.0,

@@ -136,6 +136,7 @@ class HardenedPubsub(Pubsub):
         forwarder_msgs_per_s: float = 100.0,
         forwarder_frames_per_s: float = 50.0,
         forwarder_bytes_per_s: float = 1024 * 1024,
+        newcomer_s: float = 0.0,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -147,7 +148,9 @@ class HardenedPubsub(Pubsub):
         self._counters = counters
         self.scores = scores or PeerScores()
         self._forwarders = PeerBuckets(forwarder_msgs_per_s, 2 * forwarder_msgs_per_s)
-        self._reads = ReadBudget(forwarder_frames_per_s, forwarder_bytes_per_s, counters)
+        self._reads = ReadBudget(
+            forwarder_frames_per_s, forwarder_bytes_per_s, counters, newcomer_s
+        )
         # peer -> the signed peer record it last sent that verified (py-libp2p senders
         # attach it to every RPC; verifying it each time was a third of a flood's cost)
         self._records: OrderedDict[ID, bytes] = OrderedDict()
@@ -338,6 +341,7 @@ class HardenedPubsub(Pubsub):
             log.debug("dropped a message with a missing or bad signature via %s", fwd)
             return False
         _Verified.last = msg
+        self._reads.note_good(forwarder.to_base58())  # its tenure starts
         return True
 
     @staticmethod

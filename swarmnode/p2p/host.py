@@ -171,6 +171,7 @@ class P2PHost:
             scores=self.scores,
             forwarder_msgs_per_s=cfg.forwarder_msgs_per_s,
             forwarder_frames_per_s=cfg.forwarder_frames_per_s,
+            newcomer_s=cfg.newcomer_s,
             forwarder_bytes_per_s=cfg.forwarder_bytes_per_s,
         )
         return host, pubsub, gossipsub

@@ -6,6 +6,9 @@ hundred Sybils) from buying more of this node's time than configured.
 - ``TokenBucket`` / ``PeerBuckets``: per-peer rates (messages or groups a second)
   with a burst; excess is refused *before* any expensive work and counted by the
   caller.
+- ``Tenure``: when each peer first did something valid; a peer younger than
+  ``newcomer_s`` is charged to one shared ``NEWCOMERS`` key, so fresh identities
+  (a Sybil flood) together get one peer's budget.
 - ``TimeShare``: the fraction of wall time a worker spent busy over a sliding
   window, and how long to wait so that it stays under a configured share.
 - ``RepeatFilter``: a logging filter that lets the same message template through a
@@ -13,10 +16,11 @@ hundred Sybils) from buying more of this node's time than configured.
 
 Invariants:
 - Every structure is bounded: ``PeerBuckets`` forgets the least recently seen peer
-  past ``max_peers``; ``RepeatFilter`` keeps at most ``max_keys`` templates.
+  past ``max_peers``, ``Tenure`` the least recently heard; ``RepeatFilter`` keeps at
+  most ``max_keys`` templates.
 - Time comes from an injectable clock (monotonic by default), so tests never sleep.
 - Thread-safe where both threads touch them (``PeerBuckets``, ``TimeShare``,
-  ``RepeatFilter``).
+  ``RepeatFilter``); ``Tenure`` is used by the libp2p thread only.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 
 Clock = Callable[[], float]
+NEWCOMERS = "<newcomers>"  # the shared key (no base58 peer ID looks like it)
 
 
 class TokenBucket:
@@ -97,6 +102,41 @@ class PeerBuckets:
     def __len__(self) -> int:
         with self._lock:
             return len(self._buckets)
+
+
+class Tenure:
+    """Which budget a peer pays from: its own once its first valid act (``note``) is
+    ``newcomer_s`` old, ``NEWCOMERS`` before that. ``newcomer_s`` = 0: always its own.
+
+    >>> t = Tenure(60.0, clock=lambda: now)
+    >>> now = 0.0; t.note("a"); t.account("a"), t.account("b")
+    ('<newcomers>', '<newcomers>')
+    >>> now = 60.0; t.account("a")
+    'a'
+    """
+
+    def __init__(self, newcomer_s: float, max_peers: int = 16_384, clock: Clock = time.monotonic):
+        self.newcomer_s, self.max_peers, self.clock = newcomer_s, max_peers, clock
+        self._first: OrderedDict[str, float] = OrderedDict()
+
+    def note(self, peer: str) -> None:
+        """``peer`` did something valid: its tenure starts (if it had none)."""
+        if self.newcomer_s <= 0:
+            return
+        if peer in self._first:
+            self._first.move_to_end(peer)
+            return
+        self._first[peer] = self.clock()
+        while len(self._first) > self.max_peers:
+            self._first.popitem(last=False)
+
+    def account(self, peer: str) -> str:
+        if self.newcomer_s <= 0:
+            return peer
+        since = self._first.get(peer)
+        if since is not None and self.clock() - since >= self.newcomer_s:
+            return peer
+        return NEWCOMERS
 
 
 class TimeShare:

@@ -18,9 +18,9 @@ from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
 from libp2p.network.stream.exceptions import StreamEOF
 
 from swarmnode.p2p.bridge import Counters
-from swarmnode.p2p.framing import CHUNK, NEWCOMERS, FrameReader, ReadBudget
+from swarmnode.p2p.framing import CHUNK, FrameReader, ReadBudget
 from swarmnode.p2p.transport import GossipTransport
-from swarmnode.ratelimit import TokenBucket
+from swarmnode.ratelimit import NEWCOMERS, TokenBucket
 from tests.test_p2p_hostile import ATTACKER_ID, frame, message, payload, raw_attacker
 from tests.test_p2p_swarm import Collector, batch, run, swarm_cfg, wait_for
 
@@ -214,9 +214,11 @@ def test_newcomers_share_one_budget_until_their_tenure() -> None:
         done[peer] = trio.current_time()
 
     async def main() -> None:
-        budget.note_good("old")
+        budget.tenure.note("old")
         await trio.sleep(60)  # "old" has been heard from for a minute
-        assert budget.account("old") == "old" and budget.account("sybil0") == NEWCOMERS
+        assert (
+            budget.tenure.account("old") == "old" and budget.tenure.account("sybil0") == NEWCOMERS
+        )
         start = trio.current_time()
         async with trio.open_nursery() as nursery:
             for k in range(5):
@@ -224,12 +226,12 @@ def test_newcomers_share_one_budget_until_their_tenure() -> None:
             nursery.start_soon(reader, "old", 20)  # its own burst: no wait
         assert done["old"] - start == pytest.approx(0.0, abs=0.01)
         assert max(done[f"sybil{k}"] for k in range(5)) - start == pytest.approx(8.0, abs=0.5)
-        budget.note_good("sybil0")
+        budget.tenure.note("sybil0")
         await trio.sleep(59)
-        assert budget.account("sybil0") == NEWCOMERS
+        assert budget.tenure.account("sybil0") == NEWCOMERS
         await trio.sleep(1)
-        assert budget.account("sybil0") == "sybil0"
+        assert budget.tenure.account("sybil0") == "sybil0"
 
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     off = ReadBudget(frames_per_s=10.0, bytes_per_s=1e6, counters=counters)
-    assert off.account("anyone") == "anyone"  # newcomer_s = 0: every peer its own budget
+    assert off.tenure.account("anyone") == "anyone"  # newcomer_s = 0: every peer its own budget

@@ -30,13 +30,11 @@ Invariants:
   newcomers. Identities cost nothing to make, so per-identity budgets multiply
   with a Sybil flood; the pool caps fresh identities together at one peer's budget
   (each reservation queues behind the pool's debt, so newcomers share it about
-  evenly). Tenure is kept for at most ``MAX_TENURE`` peers, the least recently
-  heard forgotten first.
+  evenly). ``ratelimit.Tenure`` keeps the times, bounded.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any
 
 import trio
@@ -44,11 +42,9 @@ from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
 from libp2p.network.stream.exceptions import StreamEOF
 
 from swarmnode.p2p.bridge import Counters
-from swarmnode.ratelimit import PeerBuckets
+from swarmnode.ratelimit import PeerBuckets, Tenure
 
 CHUNK = 64 * 1024
-NEWCOMERS = "<newcomers>"  # the shared budget's key (no base58 peer ID looks like it)
-MAX_TENURE = 16_384
 
 
 def _varint(buf: bytearray) -> tuple[int, int] | None:
@@ -115,33 +111,12 @@ class ReadBudget:
         self.frames = PeerBuckets(frames_per_s, 2 * frames_per_s, clock=trio.current_time)
         self.bytes = PeerBuckets(bytes_per_s, 2 * bytes_per_s, clock=trio.current_time)
         self.counters = counters
-        self.newcomer_s = newcomer_s
-        self._first_good: OrderedDict[str, float] = OrderedDict()  # peer -> time
-
-    def note_good(self, peer: str) -> None:
-        """``peer`` handed us a valid message: its tenure starts (if it had none)."""
-        if self.newcomer_s <= 0:
-            return
-        if peer in self._first_good:
-            self._first_good.move_to_end(peer)
-            return
-        self._first_good[peer] = trio.current_time()
-        while len(self._first_good) > MAX_TENURE:
-            self._first_good.popitem(last=False)
-
-    def account(self, peer: str) -> str:
-        """The budget ``peer``'s reading is charged to: its own, or the newcomers'."""
-        if self.newcomer_s <= 0:
-            return peer
-        since = self._first_good.get(peer)
-        if since is not None and trio.current_time() - since >= self.newcomer_s:
-            return peer
-        return NEWCOMERS
+        self.tenure = Tenure(newcomer_s, clock=trio.current_time)
 
     async def pace(self, peer: str, frames: int, nbytes: int) -> None:
         """Charge ``frames`` frames and ``nbytes`` bytes to ``peer``'s budget (or the
         newcomers' pool); sleep off any debt."""
-        peer = self.account(peer)
+        peer = self.tenure.account(peer)
         wait = max(
             self.frames.reserve(peer, frames) if frames else 0.0,
             self.bytes.reserve(peer, nbytes) if nbytes else 0.0,

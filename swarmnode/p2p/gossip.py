@@ -341,7 +341,7 @@ class HardenedPubsub(Pubsub):
             log.debug("dropped a message with a missing or bad signature via %s", fwd)
             return False
         _Verified.last = msg
-        self._reads.note_good(forwarder.to_base58())  # its tenure starts
+        self._reads.tenure.note(forwarder.to_base58())  # its tenure starts
         return True
 
     @staticmethod

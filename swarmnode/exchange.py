@@ -16,7 +16,9 @@ transport -> pump -> ``IngestQueue`` -> ``SwarmSampler`` (node-side) -> GRPO.
 
 Invariants:
 - The event loop never does slow work: decoding a message (at most 1 MiB, strictly
-  bounded) is done on the loop, verification and encoding in worker threads.
+  bounded) is done on the loop unless the libp2p transport's validator already
+  decoded it (``Received.batch``, once per message), verification and encoding in
+  worker threads.
 - At most one ``offer`` is in flight, so verification never competes with more
   than itself for the CPU; while it runs, messages wait in the transport's bounded
   inbox.
@@ -176,8 +178,8 @@ class RolloutExchange:
                 raise SwarmError(DEAD_TRANSPORT)
             if item is None:
                 continue
-            try:  # validated by the transport already; re-checked, never trusted
-                batch = decode_batch(item.payload)
+            try:  # decoded by the transport's validator (our decoder), or here
+                batch = item.batch if item.batch is not None else decode_batch(item.payload)
                 groups = batch.rollout_groups(item.peer_id)
             except WireError as err:
                 self.decode_failures[err.reason] += 1

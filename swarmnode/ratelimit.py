@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 
 Clock = Callable[[], float]
@@ -150,24 +150,38 @@ class TimeShare:
         if not 0 < max_share <= 1:
             raise ValueError("max_share must be in (0, 1]")
         self.max_share, self.window_s, self.clock = max_share, window_s, clock
-        self._spans: list[tuple[float, float]] = []
+        # spans in the order they were recorded, with the sum of their lengths: a
+        # share costs O(spans straddling the window's start), not O(spans) (a flood
+        # records hundreds a window, and every offer asks)
+        self._spans: deque[tuple[float, float]] = deque()
+        self._sum = 0.0
         self._lock = threading.Lock()
         self.busy_total_s = 0.0
 
     def record(self, start: float, end: float) -> None:
+        length = max(0.0, end - start)
         with self._lock:
             self._spans.append((start, end))
-            self.busy_total_s += max(0.0, end - start)
+            self._sum += length
+            self.busy_total_s += length
             self._trim(end)
 
     def _trim(self, now: float) -> None:
         cutoff = now - self.window_s
         while self._spans and self._spans[0][1] <= cutoff:
-            self._spans.pop(0)
+            s, e = self._spans.popleft()
+            self._sum -= max(0.0, e - s)
+        if not self._spans:
+            self._sum = 0.0  # no float drift carried across idle periods
 
     def _busy(self, now: float) -> float:
         cutoff = now - self.window_s
-        return sum(max(0.0, e - max(s, cutoff)) for s, e in self._spans)
+        busy = self._sum
+        for s, e in self._spans:  # only the oldest spans can start before the cutoff
+            if s >= cutoff:
+                break
+            busy -= min(max(0.0, e - s), cutoff - s)
+        return max(0.0, busy)
 
     def share(self) -> float:
         now = self.clock()
@@ -182,8 +196,7 @@ class TimeShare:
             self._trim(now)
             # Room is kept for the next piece of work, estimated as the mean recent span,
             # so that the share *after* it stays within budget.
-            spans = [e - s for s, e in self._spans]
-            reserve = sum(spans) / len(spans) if spans else 0.0
+            reserve = self._sum / len(self._spans) if self._spans else 0.0
             excess = self._busy(now) + reserve - self.max_share * self.window_s
             if excess <= 0:
                 return 0.0

@@ -25,6 +25,7 @@ from swarmnode.errors import SwarmnodeError
 
 if TYPE_CHECKING:
     from swarmnode.p2p.peerscore import PeerScores
+    from swarmnode.p2p.wire import Batch
 
 
 class TransportError(SwarmnodeError):
@@ -40,6 +41,9 @@ class Received(NamedTuple):
     peer_id: str  # the signed originator (not the forwarder)
     payload: bytes  # a message decode_batch accepted
     received_at: float  # unix seconds, stamped on arrival
+    # what our own decode_batch made of ``payload`` in the transport's validator, so
+    # ingestion does not decode it twice (None: ingestion decodes it)
+    batch: Batch | None = None
 
 
 class Transport(ABC):

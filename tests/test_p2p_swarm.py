@@ -29,7 +29,9 @@ class Collector:
 
     def poll(self) -> None:
         for r in self.t.inbox.drain():
-            self.got.append((r.peer_id, decode_batch(r.payload).round, r.received_at))
+            decoded = decode_batch(r.payload)
+            assert r.batch == decoded  # the validator's decode travels with the message
+            self.got.append((r.peer_id, decoded.round, r.received_at))
 
     def has(self, sender: str, round_: int) -> bool:
         self.poll()

@@ -4,6 +4,7 @@ all on an injected clock (no sleeps)."""
 from __future__ import annotations
 
 import logging
+import random
 
 import msgpack
 import pytest
@@ -42,6 +43,23 @@ def test_time_share_reports_busy_fraction_and_the_wait_that_restores_it() -> Non
     assert share.wait_s() == pytest.approx(7.5)  # 5 s over budget + room for the next 5 s
     clock.t += 10.0
     assert share.share() == 0.0 and share.wait_s() == 0.0
+
+
+def test_time_share_matches_the_definition_over_many_spans() -> None:
+    """The running sum gives what summing every span's overlap with the window gives."""
+    rng = random.Random(5)
+    clock = Clock()
+    share = TimeShare(max_share=0.25, window_s=10.0, clock=clock)
+    spans: list[tuple[float, float]] = []
+    for _ in range(2000):
+        start = clock.t + rng.expovariate(20.0)
+        end = start + rng.expovariate(100.0)
+        share.record(start, end)
+        spans.append((start, end))
+        clock.t = end + rng.random() * 0.01
+        cutoff = clock.t - 10.0
+        expected = sum(max(0.0, e - max(s, cutoff)) for s, e in spans) / 10.0
+        assert share.share() == pytest.approx(expected, abs=1e-9)
 
 
 def test_repeat_filter_passes_a_few_then_counts_and_summarises() -> None:

@@ -36,6 +36,7 @@ import contextlib
 import logging
 import random
 import time
+from collections import OrderedDict
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -67,7 +68,7 @@ from swarmnode.p2p.gossip import (
 from swarmnode.p2p.liveness import Liveness
 from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
-from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, WireError, decode_batch
+from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, Batch, WireError, decode_batch
 from swarmnode.ratelimit import PeerBuckets, quiet_network_logs
 
 log = logging.getLogger("swarmnode.p2p")
@@ -114,6 +115,9 @@ class P2PHost:
             cfg.origin_groups_per_s, max(MAX_GROUPS, cfg.origin_groups_per_s)
         )
         self._blacklisted: dict[ID, float] = {}  # peer -> when to lift (trio clock)
+        # id(msg) -> (msg, its decoded batch): from the validator to _deliver (the msg
+        # is held, so its id is not reused while it is here); bounded
+        self._decoded: OrderedDict[int, tuple[rpc_pb2.Message, Batch]] = OrderedDict()
         self.topic = topic_for(cfg.name)
         self.stop_event = trio.Event()
         self._wake_send, self._wake_recv = trio.open_memory_channel[None](1)
@@ -277,6 +281,9 @@ class P2PHost:
             self.counters.add("rejected.wrong_swarm")
             self.scores.report(peer, "wrong_swarm")
             return False
+        self._decoded[id(msg)] = (msg, batch)
+        while len(self._decoded) > 256:
+            self._decoded.popitem(last=False)
         return True
 
     def _deliver(self, msg: rpc_pb2.Message) -> None:
@@ -286,7 +293,9 @@ class P2PHost:
             return  # our own publish, echoed to our own subscription
         self.counters.add("msgs_in")
         self.counters.add("bytes_in", len(msg.data))
-        self.inbox.put(Received(origin.to_base58(), bytes(msg.data), time.time()))
+        held = self._decoded.pop(id(msg), None)
+        batch = held[1] if held is not None and held[0] is msg else None
+        self.inbox.put(Received(origin.to_base58(), bytes(msg.data), time.time(), batch))
 
     async def _enforce_loop(self, pubsub: Pubsub) -> None:
         """Disconnect and blacklist graylisted peers; lift the blacklist when it expires."""

@@ -79,14 +79,19 @@ CONFIGS = (
     "heavy-pos",
 )
 # Ablations of the off-policy care, on top of ``complete``: importance weights from
-# the senders' log-probs; no mask of peers' unlikely negative tokens.
+# the senders' log-probs; no mask of peers' unlikely negative tokens. Every
+# configuration trains on peers' wrong completions too (as the paper does, and as
+# every run before train.external_negatives was measured) except the "-pos" ones:
+# peers only raise what they got right (now the node's default).
 TRAIN_OVERRIDES: dict[str, dict[str, Any]] = {
     "complete-is": {"importance_weights": "sequence"},
     "complete-nomask": {"external_min_prob": 0.0},
-    # peers only raise what they got right (their wrong completions are not trained)
-    "balanced-pos": {"external_negatives": False},
-    "heavy-pos": {"external_negatives": False},
 }
+POSITIVE_ONLY = ("balanced-pos", "heavy-pos")
+
+
+def train_overrides(name: str) -> dict[str, Any]:
+    return {"external_negatives": name not in POSITIVE_ONLY, **TRAIN_OVERRIDES.get(name, {})}
 
 
 def sharing(name: str, budget: int) -> dict[str, Any]:
@@ -143,7 +148,7 @@ def node_config(
             spec["weight"] = args.hetero if k == own else 1.0
     cfg["train"] = {
         **cfg.get("train", {}),
-        **TRAIN_OVERRIDES.get(name, {}),
+        **train_overrides(name),
         "seed": 1000 * seed + i,
     }
     rollout = cfg.setdefault("rollout", {})

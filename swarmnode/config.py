@@ -189,14 +189,16 @@ class TrainConfig(_Section):
         0.01,
         ge=0,
         lt=1,
-        description="Peers' tokens with a negative advantage that this policy gives less "
-        "than this probability get no gradient (0 = train on all).",
+        description="With external_negatives on: peers' tokens with a negative advantage "
+        "that this policy gives less than this probability get no gradient (0 = train on "
+        "all).",
     )
     external_negatives: bool = Field(
-        True,
+        False,
         description="Train on peers' completions with a negative advantage (their wrong "
-        "answers). false: peers only raise what they got right; their wrong completions "
-        "are not forwarded.",
+        "answers). false (default): peers only raise what they got right; their wrong "
+        "completions are not forwarded. Measured: with them, I/J 2/2 lost 17% reward as "
+        "own completions drifted to run-on text; without, +17% (docs/sapo-experiment).",
     )
     importance_weights: Literal["off", "sequence"] = Field(
         "off",

@@ -23,17 +23,18 @@ Invariants:
   min(importance_cap, p_ours(y) / p_sender(y)) over the whole completion, computed
   from this step's own log-probs (detached): bounded by the cap, exactly 1 for this
   node's own completions, 1 where the sender's log-prob is unknown (``None``).
-- Peers' completions are off-policy. Their tokens with a negative advantage that
+- Peers' completions are off-policy. By default (``external_negatives: false``)
+  those with a negative advantage are not forwarded at all (their tokens count as
+  masked, and in the denominator), so peers only ever raise what they got right.
+  Whole-group sharing otherwise pushes down peers' wrong text, which spreads mass
+  over the vocabulary: measured, the node's own completions turned into 48-token
+  junk (docs/sapo-experiment-2026-11-30.md).
+- With ``external_negatives: true``, peers' tokens with a negative advantage that
   this policy gives less than ``external_min_prob`` get no gradient: pushing down
   what this node would not sample anyway teaches nothing and spreads probability
   mass onto everything else (entropy up, the road to run-on completions). Positive
   advantages always count: raising a peer's good but, to us, unlikely token is the
   point of sharing. Masked tokens still count in the token-mean denominator.
-- ``external_negatives: false`` goes further: peers' completions with a negative
-  advantage are not forwarded at all (their tokens count as masked, and in the
-  denominator), so peers only ever raise what they got right. Whole-group sharing
-  otherwise pushes down peers' wrong text, which spreads mass over the vocabulary:
-  measured, the node's own completions turn into 48-token junk (docs/sapo-experiment).
 - KL, when enabled, uses the adapter-disabled model as reference (k3 estimator).
 - Memory is bounded by configuration, not by what peers send: a micro-batch holds
   at most ``micro_batch_size`` completions and ``micro_batch_tokens`` padded

@@ -81,6 +81,7 @@ def test_packed_matches_per_group(tiny_model_dir: Path, tmp_path: Path, kl_coef:
         tmp_path,
         importance_weights="sequence",
         external_min_prob=0.5,
+        external_negatives=True,  # the mask, not the skip (tested below)
         kl_coef=kl_coef,
     )
     groups = _groups(trainer)
@@ -125,10 +126,12 @@ def test_no_external_negatives_is_masking_them_all(
     )
     for g in groups:
         g.sender_logprobs = None  # no importance weights: the two steps differ only by mask
-    off = _trainer(tiny_model_dir, tmp_path / "off", external_negatives=False)
+    off = _trainer(tiny_model_dir, tmp_path / "off")  # the default: external_negatives off
     skipped, g_skipped = _step(off, groups, packed=packed)
     masked, g_masked = _step(
-        _trainer(tiny_model_dir, tmp_path / "mask", external_min_prob=0.999999),
+        _trainer(
+            tiny_model_dir, tmp_path / "mask", external_min_prob=0.999999, external_negatives=True
+        ),
         groups,
         packed=packed,
     )

@@ -136,7 +136,7 @@ def test_peers_unlikely_negative_tokens_get_no_gradient(
     tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     """External tokens with A < 0 below external_min_prob are masked; A > 0 never is."""
-    trainer = _trainer(tiny_model_dir, tmp_path, external_min_prob=0.5)
+    trainer = _trainer(tiny_model_dir, tmp_path, external_min_prob=0.5, external_negatives=True)
     groups = _with_signal(trainer.rollout(1)[0])
     external = [
         RolloutGroup(
@@ -153,7 +153,7 @@ def test_peers_unlikely_negative_tokens_get_no_gradient(
     )
     assert 0 < stats.tokens_masked <= negative_tokens  # a random tiny model is unsure
     assert trainer.update(groups).tokens_masked == 0  # local groups: on-policy, all kept
-    off = _trainer(tiny_model_dir, tmp_path / "off", external_min_prob=0.0)
+    off = _trainer(tiny_model_dir, tmp_path / "off", external_min_prob=0.0, external_negatives=True)
     assert off.update(external).tokens_masked == 0
 
 

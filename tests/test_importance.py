@@ -116,7 +116,10 @@ def _loss(trainer: Trainer, group: TokenizedGroup) -> tuple[float, int, float]:
 
 
 def test_own_groups_weigh_one_and_peers_are_weighted(tiny_model_dir: Path, tmp_path: Path) -> None:
-    trainer = _trainer(tiny_model_dir, tmp_path, importance_weights="sequence")
+    # peers' negative rows trained too, so that only the weight differs between steps
+    trainer = _trainer(
+        tiny_model_dir, tmp_path, importance_weights="sequence", external_negatives=True
+    )
     local = trainer.rollout(1)[0][0]
     assert local.logprobs is not None and all(lp is not None and lp <= 0 for lp in local.logprobs)
     adv = [1.0 if i % 2 else -1.0 for i in range(len(local.completions))]

@@ -113,7 +113,8 @@ def probe(folder: str, cap: int, micro_batch_tokens: int | None) -> None:
         model_dir,
         Path(folder) / "data",
         {"max_new_tokens": cap, "completions_per_question": G},
-        {"micro_batch_tokens": micro_batch_tokens},
+        # peers' wrong completions trained too: the worst case for memory
+        {"micro_batch_tokens": micro_batch_tokens, "external_negatives": True},
     )
     own = _peer_group(0)
     rng = random.Random(1)

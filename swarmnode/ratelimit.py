@@ -105,36 +105,43 @@ class PeerBuckets:
 
 
 class Tenure:
-    """Which budget a peer pays from: its own once its first valid act (``note``) is
-    ``newcomer_s`` old, ``NEWCOMERS`` before that. ``newcomer_s`` = 0: always its own.
+    """How long each peer has been known, and which budget it pays from: its own once
+    its first valid act (``note``) is ``newcomer_s`` old, ``NEWCOMERS`` before that.
+    ``newcomer_s`` = 0: every peer its own budget, from the start.
 
     >>> t = Tenure(60.0, clock=lambda: now)
     >>> now = 0.0; t.note("a"); t.account("a"), t.account("b")
     ('<newcomers>', '<newcomers>')
-    >>> now = 60.0; t.account("a")
-    'a'
+    >>> now = 60.0; t.account("a"), t.age("a"), t.age("b")
+    ('a', 60.0, 0.0)
     """
 
     def __init__(self, newcomer_s: float, max_peers: int = 16_384, clock: Clock = time.monotonic):
         self.newcomer_s, self.max_peers, self.clock = newcomer_s, max_peers, clock
         self._first: OrderedDict[str, float] = OrderedDict()
 
-    def note(self, peer: str) -> None:
-        """``peer`` did something valid: its tenure starts (if it had none)."""
+    def note(self, peer: str, at: float | None = None) -> None:
+        """``peer`` did something valid (now, or ``at``): its tenure starts if it had
+        none, or starts earlier if ``at`` is older than what was noted."""
         if self.newcomer_s <= 0:
             return
-        if peer in self._first:
+        when = self.clock() if at is None else at
+        first = self._first.get(peer)
+        if first is not None:
             self._first.move_to_end(peer)
-            return
-        self._first[peer] = self.clock()
+            if when >= first:
+                return
+        self._first[peer] = when
         while len(self._first) > self.max_peers:
             self._first.popitem(last=False)
 
+    def age(self, peer: str) -> float:
+        """Seconds since ``peer``'s first valid act (0 for a peer never noted)."""
+        first = self._first.get(peer)
+        return 0.0 if first is None else max(0.0, self.clock() - first)
+
     def account(self, peer: str) -> str:
-        if self.newcomer_s <= 0:
-            return peer
-        since = self._first.get(peer)
-        if since is not None and self.clock() - since >= self.newcomer_s:
+        if self.newcomer_s <= 0 or self.age(peer) >= self.newcomer_s:
             return peer
         return NEWCOMERS
 

@@ -31,8 +31,8 @@ Invariants:
 - The update never holds more than B groups, and never a group twice.
 - A group taken from the queue leaves it: each external group is trained on once.
 - Deterministic given (seed, round), the queue's content and its clock.
-- Tenure is remembered for at most ``MAX_PEERS`` peers; past that the newest are
-  forgotten first (they lose the least).
+- Tenure (``ratelimit.Tenure``) is remembered for a bounded number of peers, the
+  least recently heard forgotten first.
 """
 
 from __future__ import annotations
@@ -46,8 +46,8 @@ from dataclasses import dataclass
 from swarmnode.config import SapoConfig
 from swarmnode.groups import RolloutGroup, reward_std
 from swarmnode.ingest import Entry, IngestQueue
+from swarmnode.ratelimit import Tenure
 
-MAX_PEERS = 16_384
 MIN_TENURE_WEIGHT = 1e-3  # a brand-new peer still fills slots nobody else can
 
 
@@ -102,7 +102,9 @@ class SwarmSampler:
         self.seed = seed
         self.peer_trust: dict[str, float] = {}  # adaptive: EMA of honest reward claims
         self._judged: dict[str, None] = {}  # queue keys already counted in peer_trust
-        self.first_seen: dict[str, float] = {}  # peer -> arrival of its first verified group
+        # peer -> arrival of its first verified group, on the queue's clock
+        clock = queue.clock if queue is not None else (lambda: 0.0)
+        self.tenure = Tenure(cfg.peer_tenure_s, clock=clock)
 
     def compose(self, round_index: int, local: Sequence[RolloutGroup]) -> Composition:
         rng = random.Random(f"sampler:{self.seed}:{round_index}")
@@ -178,20 +180,14 @@ class SwarmSampler:
 
     def _note_tenure(self, entries: list[tuple[str, Entry]]) -> None:
         for _, e in entries:
-            seen = self.first_seen.get(e.peer)
-            if seen is None or e.arrived < seen:
-                self.first_seen[e.peer] = e.arrived
-        if len(self.first_seen) > MAX_PEERS:  # forget the newest peers first
-            keep = sorted(self.first_seen.items(), key=lambda kv: kv[1])[: MAX_PEERS // 2]
-            self.first_seen = dict(keep)
+            self.tenure.note(e.peer, e.arrived)
 
-    def tenure_weight(self, peer: str, now: float) -> float:
+    def tenure_weight(self, peer: str) -> float:
         """1 for a peer heard from for ``peer_tenure_s`` or longer, less for a newer one."""
         span = self.cfg.peer_tenure_s
         if span <= 0:
             return 1.0
-        age = now - self.first_seen.get(peer, now)
-        return min(1.0, max(MIN_TENURE_WEIGHT, age / span))
+        return min(1.0, max(MIN_TENURE_WEIGHT, self.tenure.age(peer) / span))
 
     def _draw(
         self,
@@ -202,14 +198,13 @@ class SwarmSampler:
     ) -> list[tuple[str, Entry]]:
         """``n`` entries without replacement, the peers' newest rounds first; within a
         round tier weight = tenure(peer) x merit(group) / (peer's groups in the tier)."""
-        now = self.queue.clock() if self.queue is not None else 0.0
         lag = round_lag(entries)
         picked: list[tuple[str, Entry]] = []
         for tier in sorted(set(lag.values())):
             pool = [(k, e) for k, e in entries if lag[k] == tier]
             count = Counter(e.peer for _, e in pool)
             weights = [
-                self.tenure_weight(e.peer, now) * merit(e) / count[e.peer] + 1e-12 for _, e in pool
+                self.tenure_weight(e.peer) * merit(e) / count[e.peer] + 1e-12 for _, e in pool
             ]
             while pool and len(picked) < n:  # weighted sampling without replacement
                 i = rng.choices(range(len(pool)), weights=weights)[0]

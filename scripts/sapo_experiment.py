@@ -20,6 +20,7 @@ so only the source of the trained-on groups differs:
     complete-nomask complete without the mask of peers' unlikely negative tokens
     balanced-pos    balanced, peers' wrong completions not trained (train.external_negatives)
     heavy-pos       heavy, the same
+    complete-pos    balanced-pos + the shared items and group completion
 
 Runs are independent and resumable: ``--resume`` skips every (configuration, seed)
 whose nodes all finished their rounds and held-out scoring, and continues an
@@ -77,6 +78,7 @@ CONFIGS = (
     "complete-nomask",
     "balanced-pos",
     "heavy-pos",
+    "complete-pos",
 )
 # Ablations of the off-policy care, on top of ``complete``: importance weights from
 # the senders' log-probs; no mask of peers' unlikely negative tokens. Every
@@ -87,7 +89,7 @@ TRAIN_OVERRIDES: dict[str, dict[str, Any]] = {
     "complete-is": {"importance_weights": "sequence"},
     "complete-nomask": {"external_min_prob": 0.0},
 }
-POSITIVE_ONLY = ("balanced-pos", "heavy-pos")
+POSITIVE_ONLY = ("balanced-pos", "heavy-pos", "complete-pos")
 
 
 def train_overrides(name: str) -> dict[str, Any]:
@@ -113,6 +115,12 @@ def sharing(name: str, budget: int) -> dict[str, Any]:
         "complete-only": {
             "local_groups": budget,
             "external_groups": 0,
+            "shared_items": half,
+            "complete_groups": True,
+        },
+        "complete-pos": {  # balanced-pos and complete-only together
+            "local_groups": budget - half,
+            "external_groups": half,
             "shared_items": half,
             "complete_groups": True,
         },

@@ -1,17 +1,17 @@
 """Flood measurement: what a real node experiences when 1 peer or 5 Sybils flood it.
 
-The victim is a ``swarmnode start`` process training a tiny model (tests/tiny.py) in
-a swarm, with ``--external`` peer groups per round. An honest peer (a
-``GossipTransport`` in this process) publishes one realistic batch of catalog items
-each time the victim finishes a round, as in scripts/bench_swarm.py. Flooders run in
-a separate process (``--flooder``): raw py-libp2p hosts with Ed25519 identities, one
-each, that join the topic, wait until the victim is in their mesh, then publish
-(as fast as their connection to the victim takes them, or at a set rate) validly
-signed, well-formed messages (msgpack built here, never swarmnode's encoder)
-of real catalog items with true reward claims, so that nothing but their rate can
-count against them. Their own gossipsub spam guard is off, and each counts what its
-router really queued for the victim (``sent``) apart from what its outbound queue
-dropped.
+The victim is a ``swarmnode start`` process training a tiny model (tests/tiny.py),
+or ``--model`` (e.g. the embedded model a user's node runs), in a swarm, with
+``--external`` peer groups per round. An honest peer (a ``GossipTransport`` in this
+process) publishes one realistic batch of catalog items each time the victim
+finishes a round, as in scripts/bench_swarm.py. Flooders run in a separate process
+(``--flooder``): raw py-libp2p hosts with Ed25519 identities, one each, that join
+the topic, wait until the victim is in their mesh, then publish (as fast as their
+connection to the victim takes them, or at a set rate) validly signed, well-formed
+messages (msgpack built here, never swarmnode's encoder) of real catalog items with
+true reward claims, so that nothing but their rate can count against them. Their own
+gossipsub spam guard is off, and each counts what its router really queued for the
+victim (``sent``) apart from what its outbound queue dropped.
 
 Phases, each ``--phase-s`` seconds from the moment the flooders are meshed:
 ``calm``; ``1peer`` (one identity, as fast as it can); ``5sybil`` (five, as fast as
@@ -348,11 +348,21 @@ class Victim:
         return recs
 
 
-def start_node(tmp: Path, name: str, external: int, questions: int) -> Victim:
-    """A ``swarmnode start`` process on the tiny model (1 thread), data and log in tmp."""
-    from tests.tiny import make_tiny_model
+MODEL_HELP = (
+    "the victim's model.name (default: the tiny test model, whose 0.2-0.4 s rounds magnify"
+    " per-message costs; embedded:smollm2-135m is what a user's CPU node runs)"
+)
 
-    model = str(make_tiny_model(tmp / "tiny", "llama"))
+
+def start_node(
+    tmp: Path, name: str, external: int, questions: int, model: str | None = None
+) -> Victim:
+    """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
+    name or folder as in ``model.name``) or, by default, the tiny test model."""
+    if model is None:
+        from tests.tiny import make_tiny_model
+
+        model = str(make_tiny_model(tmp / "tiny", "llama"))
     cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     log = tmp / f"{name}.log"
@@ -488,7 +498,7 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
-    victim = start_node(tmp, "victim", args.external, args.questions)
+    victim = start_node(tmp, "victim", args.external, args.questions, args.model)
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
     res: dict[str, dict[str, Any]] = {}
@@ -497,7 +507,7 @@ async def amain(args: argparse.Namespace) -> int:
         honest_task = asyncio.create_task(
             honest_peer(addr, tmp, tmp / "victim", stop, args.questions, 8, ids, published)
         )
-        await victim.wait_rounds(args.warmup, 600)
+        await victim.wait_rounds(args.warmup, 1800)
         while not ids:
             await asyncio.sleep(0.1)
         for name, n, rate, groups in PHASES:
@@ -521,6 +531,7 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
+    ap.add_argument("--model", help=MODEL_HELP)
     ap.add_argument("--flooder", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=3600, help=argparse.SUPPRESS)

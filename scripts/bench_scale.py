@@ -1,16 +1,17 @@
 """Scale without malice: one real node receiving the rounds of N honest peers.
 
-The node is a ``swarmnode start`` process training a tiny model (tests/tiny.py) with
-``--external`` peer groups a round, as in scripts/bench_flood.py. The swarm around it
-is ``--peers`` honest identities (Ed25519) spread over ``--procs`` forwarder
-processes: each process is one raw py-libp2p gossipsub host meshed with the node,
-and each identity in it publishes a realistic batch (``--groups`` catalog groups of
-G = 8 with true reward claims, msgpack built here, signed by that identity) every
-``--period`` seconds with a random phase, relayed by its process's host as a mesh
-peer relays other peers' messages. So the node sees what a node of a swarm of N
-sees: N originators, a few forwarders, N / period messages a second. (In a real
-mesh up to D copies of each message arrive, one per mesh peer; all but the first
-stop at the seen check, the cheapest gate. They are not simulated.)
+The node is a ``swarmnode start`` process training a tiny model (tests/tiny.py), or
+``--model`` (e.g. the embedded model a user's node runs), with ``--external`` peer
+groups a round, as in scripts/bench_flood.py. The swarm around it is ``--peers``
+honest identities (Ed25519) spread over ``--procs`` forwarder processes: each
+process is one raw py-libp2p gossipsub host meshed with the node, and each identity
+in it publishes a realistic batch (``--groups`` catalog groups of G = 8 with true
+reward claims, msgpack built here, signed by that identity) every ``--period``
+seconds with a random phase, relayed by its process's host as a mesh peer relays
+other peers' messages. So the node sees what a node of a swarm of N sees: N
+originators, a few forwarders, N / period messages a second. (In a real mesh up to D
+copies of each message arrive, one per mesh peer; all but the first stop at the seen
+check, the cheapest gate. They are not simulated.)
 
 Phases, each ``--phase-s`` seconds: ``calm`` and ``scale`` (the N peers as well,
 from the moment every forwarder is meshed). In both, one more honest peer publishes
@@ -51,6 +52,7 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_flood import (  # noqa: E402
+    MODEL_HELP,
     TOPIC,
     Victim,
     counted_in,
@@ -254,7 +256,7 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    victim = start_node(tmp, "node", args.external, args.questions)
+    victim = start_node(tmp, "node", args.external, args.questions, args.model)
     res: dict[str, dict[str, Any]] = {}
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
@@ -263,7 +265,7 @@ async def amain(args: argparse.Namespace) -> int:
         honest_task = asyncio.create_task(
             honest_peer(addr, tmp, tmp / "node", stop, args.questions, 8, ids, published)
         )
-        await victim.wait_rounds(args.warmup, 600)
+        await victim.wait_rounds(args.warmup, 1800)
         while not ids:
             await asyncio.sleep(0.1)
         for name in ("calm", "scale"):
@@ -288,6 +290,7 @@ def main() -> None:
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
+    ap.add_argument("--model", help=MODEL_HELP)
     ap.add_argument("--forwarder", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--proc", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)

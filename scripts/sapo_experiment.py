@@ -118,12 +118,6 @@ def sharing(name: str, budget: int) -> dict[str, Any]:
             "shared_items": half,
             "complete_groups": True,
         },
-        "complete-pos": {  # balanced-pos and complete-only together
-            "local_groups": budget - half,
-            "external_groups": half,
-            "shared_items": half,
-            "complete_groups": True,
-        },
         "shared-only": {  # ablation of complete-only: the shared items, no completion
             "local_groups": budget,
             "external_groups": 0,
@@ -132,6 +126,8 @@ def sharing(name: str, budget: int) -> dict[str, Any]:
     }
     table["complete-is"] = table["complete-nomask"] = table["complete"]
     table["balanced-pos"], table["heavy-pos"] = table["balanced"], table["heavy"]
+    # balanced-pos and complete-only together
+    table["complete-pos"] = {**table["balanced"], "shared_items": half, "complete_groups": True}
     if name not in table:
         raise SystemExit(f"unknown configuration {name!r}; known: {', '.join(CONFIGS)}")
     return table[name]

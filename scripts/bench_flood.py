@@ -32,7 +32,10 @@ the victim's log growth per minute (its stderr, default log level).
 Last line, per phase: round-time ratio to calm (mean; median), honest groups
 accepted/trained, groups/tokens the victim trained, flood sent and counted, flooders
 graylisted and seconds to it, ingest time share, log bytes per minute. Goal: ratios
-<= 1.10. Exit status 1 if a flood phase was not valid.
+<= 1.10. Exit status 1 if a flood phase was not valid. ``--pin`` puts the victim alone
+on the first CPU and everything else on the others (its first field, ``victim_cpus``,
+is the victim's affinity as read from the running process), so that on a small
+machine the attackers' own CPU does not count against the victim.
 
     nice -n 10 .venv/bin/python scripts/bench_flood.py --phase-s 60
 """
@@ -354,11 +357,36 @@ MODEL_HELP = (
 )
 
 
+PIN_HELP = (
+    "run the victim alone on the first CPU and this process, the honest peer and the"
+    " attackers on the others, as if they were other machines (on a 2-core machine"
+    " they otherwise take CPU from the victim that a remote attacker could not)"
+)
+
+
+def pin_cpus(pin: bool) -> set[int] | None:
+    """With ``--pin``: move this process (and so every child it starts after this) off
+    the first CPU and return ``{first}``, the victim's; None without it."""
+    if not pin:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    os.sched_setaffinity(0, cpus[1:])
+    return {cpus[0]}
+
+
 def start_node(
-    tmp: Path, name: str, external: int, questions: int, model: str | None = None
+    tmp: Path,
+    name: str,
+    external: int,
+    questions: int,
+    model: str | None = None,
+    cpus: set[int] | None = None,
 ) -> Victim:
     """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
-    name or folder as in ``model.name``) or, by default, the tiny test model."""
+    name or folder as in ``model.name``) or, by default, the tiny test model; on
+    ``cpus`` only if given (set in the child before exec, so all its threads)."""
     if model is None:
         from tests.tiny import make_tiny_model
 
@@ -372,6 +400,7 @@ def start_node(
         env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
         stdout=subprocess.DEVNULL,
         stderr=log.open("wb"),
+        preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
     )
     return Victim(proc, tmp / name, log)
 
@@ -498,12 +527,14 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
-    victim = start_node(tmp, "victim", args.external, args.questions, args.model)
+    cpus = pin_cpus(args.pin)
+    victim = start_node(tmp, "victim", args.external, args.questions, args.model, cpus)
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
     res: dict[str, dict[str, Any]] = {}
     try:
         addr = await victim.address()
+        cpus = os.sched_getaffinity(victim.proc.pid)  # what it really runs on
         honest_task = asyncio.create_task(
             honest_peer(addr, tmp, tmp / "victim", stop, args.questions, 8, ids, published)
         )
@@ -518,7 +549,7 @@ async def amain(args: argparse.Namespace) -> int:
     finally:
         await shut_down(victim, FLOODERS, stop, honest_task)
     print(f"victim data and log: {tmp}" if args.keep else "", flush=True)
-    print(summary(res), flush=True)
+    print(f"victim_cpus {','.join(map(str, sorted(cpus or ())))} {summary(res)}", flush=True)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if all(r["valid"] for r in res.values()) else 1
@@ -532,6 +563,7 @@ def main() -> None:
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     ap.add_argument("--model", help=MODEL_HELP)
+    ap.add_argument("--pin", action="store_true", help=PIN_HELP)
     ap.add_argument("--flooder", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=3600, help=argparse.SUPPRESS)

@@ -53,12 +53,14 @@ sys.path.insert(0, str(REPO / "scripts"))
 
 from bench_flood import (  # noqa: E402
     MODEL_HELP,
+    PIN_HELP,
     TOPIC,
     Victim,
     counted_in,
     deltas,
     flood_pool,
     honest_peer,
+    pin_cpus,
     shut_down,
     start_node,
 )
@@ -236,10 +238,11 @@ async def phase(victim: Victim, name: str, addr: str, args: argparse.Namespace) 
     return out
 
 
-def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
+def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[int]) -> str:
     calm, scale = res["calm"], res["scale"]
     return (
-        f"peers {args.peers} procs {args.procs} period_s {args.period}"
+        f"victim_cpus {','.join(map(str, sorted(cpus)))}"
+        f" peers {args.peers} procs {args.procs} period_s {args.period}"
         f" ratio {scale['round_s'] / calm['round_s']:.2f}"
         f" (median {scale['round_s_median'] / calm['round_s_median']:.2f})"
         f" node_cpu_per_round_ratio {scale['cpu_s_per_round'] / calm['cpu_s_per_round']:.2f}"
@@ -256,12 +259,14 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace) -> str:
 
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
-    victim = start_node(tmp, "node", args.external, args.questions, args.model)
+    cpus = pin_cpus(args.pin)
+    victim = start_node(tmp, "node", args.external, args.questions, args.model, cpus)
     res: dict[str, dict[str, Any]] = {}
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
     try:
         addr = await victim.address()
+        cpus = os.sched_getaffinity(victim.proc.pid)  # what it really runs on
         honest_task = asyncio.create_task(
             honest_peer(addr, tmp, tmp / "node", stop, args.questions, 8, ids, published)
         )
@@ -273,7 +278,7 @@ async def amain(args: argparse.Namespace) -> int:
     finally:
         await shut_down(victim, FORWARDERS, stop, honest_task)
     print(f"node data and log: {tmp}" if args.keep else "", flush=True)
-    print(summary(res, args), flush=True)
+    print(summary(res, args, cpus or set()), flush=True)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if res["scale"]["counted"] > 0 and res["scale"]["external_trained"] > 0 else 1
@@ -291,6 +296,7 @@ def main() -> None:
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     ap.add_argument("--model", help=MODEL_HELP)
+    ap.add_argument("--pin", action="store_true", help=PIN_HELP)
     ap.add_argument("--forwarder", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--proc", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)

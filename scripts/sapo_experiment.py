@@ -314,9 +314,28 @@ def read_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
                     "mean_score": round(h["mean_score"], 4),
                     "seen_in_training": h["seen_in_training"],
                     "collapsed": ",".join(k for k, v in h["per_dataset"].items() if v["collapsed"]),
+                    **specialty_accuracy(d, h),
                 }
             )
     return rows, held
+
+
+def specialty_accuracy(d: Path, h: dict[str, Any]) -> dict[str, float]:
+    """Held-out accuracy on a node's own datasets (those of top weight) and on the
+    others', when its weights differ (--hetero); nothing otherwise."""
+    specs = yaml.safe_load((d / "config.resolved.yaml").read_text())["tasks"]["datasets"]
+    weights = {x["name"]: float(x.get("weight", 1.0)) for x in specs}
+    top = max(weights.values())
+    own = {k for k, w in weights.items() if w == top}
+    if len(own) == len(weights):
+        return {}
+
+    def acc(names: set[str]) -> float:
+        parts = [v for k, v in h["per_dataset"].items() if k in names]
+        return sum(v["accuracy"] * v["items"] for v in parts) / sum(v["items"] for v in parts)
+
+    others = set(weights) - own
+    return {"own_accuracy": round(acc(own), 4), "others_accuracy": round(acc(others), 4)}
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:
@@ -384,6 +403,36 @@ def drift_table(rows: list[dict[str, Any]], names: list[str], completions: int) 
     return out
 
 
+def points(mine: dict[tuple[int, int], float], ref: dict[tuple[int, int], float]) -> str:
+    """A paired accuracy difference in points with its 95% interval, or — if unpaired."""
+    d = paired_diff(mine, ref)
+    return f"{d.diff * 100:+.1f} [{d.lo * 100:+.1f}, {d.hi * 100:+.1f}]" if d.pairs else "—"
+
+
+def specialty_table(held: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """With --hetero: held-out accuracy on each node's own specialty and on the other
+    nodes' datasets, paired against none (what sharing brings a specialist)."""
+    if not any("own_accuracy" in h for h in held):
+        return []
+    lines = [
+        "",
+        "| config | held-out, own specialty | vs none (points) | held-out, the others' datasets "
+        "| vs none (points) |",
+        "|---|---|---|---|---|",
+    ]
+    for n in names:
+        cells = []
+        for col in ("own_accuracy", "others_accuracy"):
+            by = {
+                c: {(h["seed"], h["node"]): h[col] for h in held if h["config"] == c and col in h}
+                for c in (n, "none")
+            }
+            mean = sum(by[n].values()) / max(1, len(by[n]))
+            cells += [f"{mean:.3f}", points(by[n], by["none"]) if n != "none" else "—"]
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def summarise(
     args: argparse.Namespace, rows: list[dict[str, Any]], held: list[dict[str, Any]]
 ) -> str:
@@ -425,10 +474,9 @@ def summarise(
         k = len(keys)
         seeds = sorted({key[0] for key in keys})
         d = paired_diff(keys, cumulative["none"]) if n != "none" else None
-        h = paired_diff(acc[n], acc.get("none", {})) if n != "none" else None
         mean_acc = sum(acc[n].values()) / max(1, len(acc[n]))
         vs = f"{d.rel:+.1%} [{d.rel_lo:+.1%}, {d.rel_hi:+.1%}]" if d and d.pairs else "—"
-        hv = f"{h.diff * 100:+.1f} [{h.lo * 100:+.1f}, {h.hi * 100:+.1f}]" if h and h.pairs else "—"
+        hv = points(acc[n], acc.get("none", {})) if n != "none" else "—"
         t = totals[n]
         lines.append(
             f"| {n} | {s['local_groups']} / {s['external_groups']} | {len(seeds)} "
@@ -442,6 +490,7 @@ def summarise(
             f"{n}_tokens_trained={t['tokens_trained']:.0f} "
             f"{n}_cumulative={sum(keys.values()) / k:.3f} {n}_heldout={mean_acc:.3f}"
         )
+    lines += specialty_table(held, names)
     lines += drift_table(rows, names, args.completions * args.questions)
     plot(rows, names, args.out / "curves.png", args.window)
     text = "\n".join(lines) + "\n"

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import yaml
+
 from tests.helpers import ENV, REPO
 
 
@@ -69,3 +71,38 @@ def test_drift_table_by_thirds() -> None:
     assert "rounds 1-2 / 3-4 / 5-6" in table[1]
     assert "| none | 10.0 / 10.0 / 10.0 | 1.00 / 1.00 / 1.00 |" in table
     assert "| balanced | 10.0 / 20.0 / 40.0 | 1.00 / 0.50 / 0.00 |" in table
+
+
+def test_specialty_accuracy_for_hetero_nodes(tmp_path: Path) -> None:
+    """--hetero: held-out accuracy split into the node's own datasets (top weight) and
+    the others', item-weighted, and paired against none; nothing for equal weights."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from sapo_experiment import specialty_accuracy, specialty_table
+
+    def node(weights: dict[str, float]) -> Path:
+        d = tmp_path / "-".join(f"{k}{w:g}" for k, w in weights.items())
+        d.mkdir()
+        specs = [{"name": k, "weight": w} for k, w in weights.items()]
+        (d / "config.resolved.yaml").write_text(yaml.safe_dump({"tasks": {"datasets": specs}}))
+        return d
+
+    per = {"a": (10, 0.5), "b": (10, 0.2), "c": (30, 0.6)}
+    h = {"per_dataset": {k: {"items": n, "accuracy": x} for k, (n, x) in per.items()}}
+    assert specialty_accuracy(node({"a": 6, "b": 1, "c": 1}), h) == {
+        "own_accuracy": 0.5,
+        "others_accuracy": 0.5,  # (10 * 0.2 + 30 * 0.6) / 40
+    }
+    assert specialty_accuracy(node({"a": 1, "b": 1, "c": 1}), h) == {}
+    held = [
+        {"config": c, "seed": 0, "node": i, "own_accuracy": own, "others_accuracy": oth}
+        for c, i, own, oth in (
+            ("none", 0, 0.4, 0.1),
+            ("none", 1, 0.2, 0.1),
+            ("mix", 0, 0.3, 0.3),
+            ("mix", 1, 0.1, 0.3),
+        )
+    ]
+    table = specialty_table(held, ["none", "mix"])
+    assert "| none | 0.300 | — | 0.100 | — |" in table
+    assert "| mix | 0.200 | -10.0 [-10.0, -10.0] | 0.300 | +20.0 [+20.0, +20.0] |" in table
+    assert specialty_table([{"config": "none", "seed": 0, "node": 0}], ["none"]) == []

@@ -21,6 +21,7 @@ so only the source of the trained-on groups differs:
     balanced-pos    balanced, peers' wrong completions not trained (train.external_negatives)
     heavy-pos       heavy, the same
     complete-pos    balanced-pos + the shared items and group completion
+    balanced-pos-is balanced-pos + importance weights from the senders' log-probs
 
 Runs are independent and resumable: ``--resume`` skips every (configuration, seed)
 whose nodes all finished their rounds and held-out scoring, and continues an
@@ -36,12 +37,19 @@ reads whatever runs exist (``--aggregate`` does only that) and writes to --out:
 - curves.png: reward per round (moving average, mean over nodes and seeds, 95%
   band), and the same against compute seconds (time to accuracy).
 
+``--export-raw DIR`` copies the small files of every finished run (configs, metrics,
+held-out results) to DIR, the form committed under docs/experiments/; ``--import-raw
+DIR`` lays such a folder out under --out again, so the committed tables can be
+recomputed from the committed data (scripts/sapo_raw.py).
+
 The last line printed carries, per configuration, runs, rounds, groups and tokens
 trained, cumulative reward and held-out accuracy.
 
     python scripts/sapo_experiment.py --base configs/specialties.yaml --rounds 60 \\
         --seeds 3 --configs none,complete --resume --out runs/sapo
     python scripts/sapo_experiment.py --aggregate --out runs/sapo
+    python scripts/sapo_experiment.py --aggregate --out /tmp/v2 \\
+        --import-raw docs/experiments/2026-11-30-v2/raw
     python scripts/sapo_experiment.py --quick --model tests-tiny-model-dir
 """
 
@@ -62,6 +70,7 @@ from typing import Any
 import yaml
 from localswarm import REPO, bootstrap_addr, free_port, node_base, start_node, swarm_section
 from plotting import new_figure, save_figure
+from sapo_raw import export_raw, import_raw
 from sapo_stats import mean_band, paired_diff
 
 sys.path.insert(0, str(REPO))
@@ -79,6 +88,7 @@ CONFIGS = (
     "balanced-pos",
     "heavy-pos",
     "complete-pos",
+    "balanced-pos-is",
 )
 # Ablations of the off-policy care, on top of ``complete``: importance weights from
 # the senders' log-probs; no mask of peers' unlikely negative tokens. Every
@@ -87,9 +97,10 @@ CONFIGS = (
 # peers only raise what they got right (now the node's default).
 TRAIN_OVERRIDES: dict[str, dict[str, Any]] = {
     "complete-is": {"importance_weights": "sequence"},
+    "balanced-pos-is": {"importance_weights": "sequence"},
     "complete-nomask": {"external_min_prob": 0.0},
 }
-POSITIVE_ONLY = ("balanced-pos", "heavy-pos", "complete-pos")
+POSITIVE_ONLY = ("balanced-pos", "heavy-pos", "complete-pos", "balanced-pos-is")
 
 
 def train_overrides(name: str) -> dict[str, Any]:
@@ -126,6 +137,7 @@ def sharing(name: str, budget: int) -> dict[str, Any]:
     }
     table["complete-is"] = table["complete-nomask"] = table["complete"]
     table["balanced-pos"], table["heavy-pos"] = table["balanced"], table["heavy"]
+    table["balanced-pos-is"] = table["balanced"]
     # balanced-pos and complete-only together
     table["complete-pos"] = {**table["balanced"], "shared_items": half, "complete_groups": True}
     if name not in table:
@@ -521,6 +533,14 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="2 nodes, 3 rounds, small batches")
     ap.add_argument("--resume", action="store_true", help="skip runs that already finished")
     ap.add_argument("--aggregate", action="store_true", help="only aggregate existing runs")
+    ap.add_argument(
+        "--import-raw",
+        type=Path,
+        action="append",
+        default=[],
+        help="lay out a committed raw/ folder's runs under --out first (repeatable)",
+    )
+    ap.add_argument("--export-raw", type=Path, help="copy finished runs' small files here")
     args = ap.parse_args()
     if args.quick:
         args.nodes, args.rounds, args.questions, args.completions = 2, 3, 2, 4
@@ -529,6 +549,8 @@ def main() -> None:
     args.per_dataset = max(1, math.ceil(args.heldout / len(base["tasks"]["datasets"])))
     args.out.mkdir(parents=True, exist_ok=True)
     seeds = [int(s) for s in args.seed_list.split(",")] if args.seed_list else range(args.seeds)
+    for raw in args.import_raw:
+        print(f"imported from {raw}: {', '.join(import_raw(raw, args.out)) or 'nothing new'}")
     if not args.aggregate:
         for name in [c.strip() for c in args.configs.split(",") if c.strip()]:
             sharing(name, args.questions)  # unknown names fail before anything runs
@@ -541,6 +563,8 @@ def main() -> None:
                     heldout(run_dir(args, name, seed) / f"n{i}", args.per_dataset)
                 print(f"{name} seed {seed}: {time.monotonic() - t0:.0f}s", flush=True)
     rows, held = read_runs(args)
+    if args.export_raw:
+        print(f"exported to {args.export_raw}: {', '.join(export_raw(args.out, args.export_raw))}")
     write_csv(args.out / "rewards.csv", rows)
     write_csv(args.out / "heldout.csv", held)
     print(summarise(args, rows, held), flush=True)

@@ -49,8 +49,19 @@ def test_quick_experiment_with_seeds(tiny_model_dir: Path, tmp_path: Path) -> No
     assert "none_runs=2" in last and "complete_tokens_trained=" in last
 
     # Aggregation alone reads what exists and prints the same figures.
-    agg = run(*common, "--aggregate")
+    agg = run(*common, "--aggregate", "--export-raw", str(tmp_path / "doc" / "raw"))
     assert agg.returncode == 0 and agg.stdout.strip().splitlines()[-1] == last
+
+    # The committed form (raw/: configs, metrics, held-out) re-aggregates to the same
+    # figures and table in a fresh folder, without the nodes' data directories.
+    raw = tmp_path / "doc" / "raw"
+    assert sorted(p.name for p in raw.iterdir()) == ["complete-s0", "none-s0", "none-s1"]
+    assert not list(raw.rglob("*.safetensors"))
+    again = tmp_path / "again"
+    proc = run("--quick", "--out", str(again), "--aggregate", "--import-raw", str(raw))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.strip().splitlines()[-1] == last
+    assert (again / "results.md").read_text() == table
 
 
 def test_drift_table_by_thirds() -> None:

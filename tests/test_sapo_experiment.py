@@ -84,6 +84,25 @@ def test_drift_table_by_thirds() -> None:
     assert "| balanced | 10.0 / 20.0 / 40.0 | 1.00 / 0.50 / 0.00 |" in table
 
 
+def test_reward_by_thirds_paired_against_none() -> None:
+    """Reward per round in each third, and the paired relative difference to none:
+    a config that matches none early and doubles it late shows +0% then +100%."""
+    sys.path.insert(0, str(REPO / "scripts"))
+    from sapo_experiment import reward_thirds_table
+
+    rows = [
+        {"config": c, "seed": 0, "node": i, "round": k, "reward": v}
+        for i in (0, 1)
+        for k in range(1, 7)
+        for c, v in (("none", 0.1 * (i + 1)), ("sharing", 0.1 * (i + 1) * (2 if k > 4 else 1)))
+    ]
+    table = reward_thirds_table(rows, ["none", "sharing"])
+    assert "rounds 1-2 / 3-4 / 5-6" in table[1]
+    assert "| none | 0.150 / 0.150 / 0.150 | — |" in table
+    same, double = "+0% [+0%, +0%]", "+100% [+100%, +100%]"
+    assert f"| sharing | 0.150 / 0.150 / 0.300 | {same} / {same} / {double} |" in table
+
+
 def test_specialty_accuracy_for_hetero_nodes(tmp_path: Path) -> None:
     """--hetero: held-out accuracy split into the node's own datasets (top weight) and
     the others', item-weighted, and paired against none; nothing for equal weights."""

@@ -10,10 +10,19 @@ received / pairs expected (every batch at every other node).
 Topology: one routing-only bootstrap node (in this process) that every node dials;
 nodes then learn each other through the DHT.
 
+Each worker also measures its own CPU (user + system) from the start of publishing
+to the end of the drain, and counts the yamux WINDOW_UPDATE frames it sent:
+``cpu_ms_per_msg`` is a node's CPU divided by the messages it heard. ``--yamux``
+picks the receive-window rule: ``half`` (swarmnode's, ``p2p/yamux_window``),
+``stock`` (py-libp2p's own: an update after every read) or ``both``, which runs the
+whole bench once per rule, alternating ``--repeat`` times, and ends with a line that
+sets them side by side.
+
 The last line printed is ``name=value`` pairs (p50_ms, p99_ms, delivery, ...).
 
     .venv/bin/python scripts/bench_gossip.py --seconds 60
     .venv/bin/python scripts/bench_gossip.py --preset large --seconds 30
+    .venv/bin/python scripts/bench_gossip.py --nodes 6 --seconds 40 --yamux both
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import asyncio
 import json
 import os
 import random
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,8 +41,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from libp2p.stream_muxer.yamux.yamux import YamuxStream
+
 from swarmnode.config import SwarmConfig
 from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.p2p import yamux_window
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.p2p.wire import decode_batch, encode_batch
 
@@ -71,8 +84,31 @@ def swarm_cfg(bootstrap: list[str], degree: int = 6) -> SwarmConfig:
     )
 
 
+def cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
+def use_rule(rule: str) -> list[int]:
+    """Install the yamux credit rule; a list that counts WINDOW_UPDATE frames sent."""
+    if rule == "stock":
+        yamux_window.uninstall()
+    else:
+        yamux_window.install()
+    sent: list[int] = []
+    original = YamuxStream.send_window_update
+
+    async def counting(self: YamuxStream, increment: int, skip_lock: bool = False) -> None:
+        sent.append(increment)
+        await original(self, increment, skip_lock)
+
+    YamuxStream.send_window_update = counting  # type: ignore[method-assign]
+    return sent
+
+
 async def worker(args: argparse.Namespace) -> None:
     groups, completions, chars = PRESETS[args.preset]
+    updates = use_rule(args.yamux)
     t = GossipTransport(swarm_cfg([args.boot], args.degree), Path(args.data_dir))
     await t.start()
     deadline = time.monotonic() + 60
@@ -81,6 +117,9 @@ async def worker(args: argparse.Namespace) -> None:
     print(f"READY {t.peer_id}", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     start_at = float(line.split()[1])
+    while time.time() < start_at:
+        await asyncio.sleep(0.01)
+    cpu0, updates0 = cpu_s(), len(updates)
     phase = random.Random(args.worker).random()
     arrivals: dict[str, list[tuple[int, float]]] = {}
     sizes: list[int] = []
@@ -100,11 +139,14 @@ async def worker(args: argparse.Namespace) -> None:
             lat = r.received_at - b.groups[0].created
             arrivals.setdefault(r.peer_id, []).append((b.round, lat))
         await asyncio.sleep(0.01)
+    cpu = cpu_s() - cpu0
     st = t.stats()
     print(
         "RESULT "
         + json.dumps(
             {
+                "cpu_s": cpu,
+                "window_updates": len(updates) - updates0,
                 "peer_id": st["peer_id"],
                 "sent": sent,
                 "sizes": sizes,
@@ -121,7 +163,8 @@ async def worker(args: argparse.Namespace) -> None:
     await t.stop()
 
 
-async def coordinator(args: argparse.Namespace) -> None:
+async def coordinator(args: argparse.Namespace, rule: str) -> dict[str, Any]:
+    use_rule(rule)  # the bootstrap node too
     tmp = Path(tempfile.mkdtemp(prefix="bench_gossip_"))
     boot = GossipTransport(swarm_cfg([], args.degree), tmp / "boot")
     await boot.start()
@@ -143,6 +186,8 @@ async def coordinator(args: argparse.Namespace) -> None:
                 args.preset,
                 "--degree",
                 str(args.degree),
+                "--yamux",
+                rule,
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -186,10 +231,12 @@ async def coordinator(args: argparse.Namespace) -> None:
             except subprocess.TimeoutExpired:
                 p.kill()
         await boot.stop()
-    report(args, results, boot_stats)
+    return report(args, rule, results, boot_stats)
 
 
-def report(args: argparse.Namespace, results: list[dict[str, Any]], boot: dict[str, Any]) -> None:
+def report(
+    args: argparse.Namespace, rule: str, results: list[dict[str, Any]], boot: dict[str, Any]
+) -> dict[str, Any]:
     sent = {r["peer_id"]: r["sent"] for r in results}
     lats: list[float] = []
     delivered = expected = 0
@@ -215,13 +262,48 @@ def report(args: argparse.Namespace, results: list[dict[str, Any]], boot: dict[s
     print(
         f"bootstrap: peers={boot['num_peers']} mesh={boot['mesh_size']} counters={boot['counters']}"
     )
+    cpu = sum(r["cpu_s"] for r in results)
+    fig = {
+        "cpu_ms_per_msg": 1000 * cpu / max(1, delivered),
+        "window_updates_per_msg": sum(r["window_updates"] for r in results) / max(1, delivered),
+        "delivered": delivered,
+        "expected": expected,
+    }
     print(
-        f"nodes={args.nodes} seconds={args.seconds} preset={args.preset} degree={args.degree} "
+        f"yamux={rule} nodes={args.nodes} seconds={args.seconds} preset={args.preset} "
+        f"degree={args.degree} cpu_s={cpu:.1f} cpu_ms_per_msg={fig['cpu_ms_per_msg']:.2f} "
+        f"window_updates_per_msg={fig['window_updates_per_msg']:.2f} "
         f"msgs_sent={sum(sent.values())} expected={expected} delivered={delivered} "
         f"delivery={delivered / expected if expected else float('nan'):.4f} "
         f"p50_ms={pct(0.50):.1f} p99_ms={pct(0.99):.1f} max_ms={1000 * max(lats, default=0):.1f} "
         f"mean_ms={1000 * statistics.fmean(lats) if lats else float('nan'):.1f} "
-        f"bytes_per_msg={statistics.fmean(sizes) if sizes else 0:.0f}"
+        f"bytes_per_msg={statistics.fmean(sizes) if sizes else 0:.0f}",
+        flush=True,
+    )
+    return fig
+
+
+async def compare(args: argparse.Namespace) -> None:
+    """Each rule ``--repeat`` times, alternating; then both side by side."""
+    rules = ["stock", "half"] if args.yamux == "both" else [args.yamux]
+    figs: dict[str, list[dict[str, Any]]] = {r: [] for r in rules}
+    for _ in range(args.repeat):
+        for rule in rules:
+            figs[rule].append(await coordinator(args, rule))
+    if len(rules) < 2:
+        return
+    mean = {r: {k: statistics.fmean(f[k] for f in figs[r]) for k in figs[r][0]} for r in rules}
+    s, h = mean["stock"], mean["half"]
+    print(
+        f"yamux both, {args.repeat} run(s) each: cpu_ms_per_msg stock {s['cpu_ms_per_msg']:.2f}"
+        f" half {h['cpu_ms_per_msg']:.2f} ratio {h['cpu_ms_per_msg'] / s['cpu_ms_per_msg']:.2f}"
+        f" window_updates_per_msg stock {s['window_updates_per_msg']:.2f}"
+        f" half {h['window_updates_per_msg']:.2f}"
+        f" delivered stock {sum(f['delivered'] for f in figs['stock'])}"
+        f"/{sum(f['expected'] for f in figs['stock'])}"
+        f" half {sum(f['delivered'] for f in figs['half'])}"
+        f"/{sum(f['expected'] for f in figs['half'])}",
+        flush=True,
     )
 
 
@@ -231,11 +313,18 @@ def main() -> None:
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
     ap.add_argument("--degree", type=int, default=6, help="gossipsub mesh degree D")
+    ap.add_argument(
+        "--yamux",
+        choices=["half", "stock", "both"],
+        default="half",
+        help="yamux window credit: swarmnode's half-window steps, py-libp2p's, or both",
+    )
+    ap.add_argument("--repeat", type=int, default=1, help="runs per rule with --yamux both")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--boot", help=argparse.SUPPRESS)
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    asyncio.run(worker(args) if args.worker is not None else coordinator(args))
+    asyncio.run(worker(args) if args.worker is not None else compare(args))
 
 
 if __name__ == "__main__":

@@ -85,7 +85,9 @@ def run_forwarder(target: str, proc: int, identities: int, period: float, groups
     from multiaddr import Multiaddr
 
     from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, QuietGossipSub
+    from swarmnode.p2p.yamux_window import install as half_window_credit
 
+    half_window_credit()  # yamux credit as a swarmnode peer returns it
     info = info_from_p2p_addr(Multiaddr(target))
     pool = flood_pool(100 + proc, 2000)
     keys = [create_new_key_pair() for _ in range(identities)]

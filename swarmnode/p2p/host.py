@@ -69,9 +69,11 @@ from swarmnode.p2p.liveness import Liveness
 from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
 from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, Batch, WireError, decode_batch
+from swarmnode.p2p.yamux_window import install as half_window_credit
 from swarmnode.ratelimit import PeerBuckets, quiet_network_logs
 
 log = logging.getLogger("swarmnode.p2p")
+half_window_credit()  # yamux credit in half-window steps, as go-yamux (yamux_window)
 # py-libp2p's DHT server warns "Failed to read DHT message" every time a client
 # closes its query stream (a normal end); keep its real errors, drop that noise.
 logging.getLogger("libp2p.kad_dht.kad_dht").setLevel(logging.ERROR)

@@ -1,7 +1,8 @@
 """Gossip benchmark: N swarmnode transports on loopback, each in its own process.
 
-Each node publishes one realistic round batch every second (random phase per
-node, as real rounds are not synchronised) for ``--seconds``; every node records
+Each node publishes one realistic round batch every ``--period`` seconds (default
+1; random phase per node, as real rounds are not synchronised) for ``--seconds``;
+every node records
 when each peer's batch arrived. Latency = arrival time (stamped in the receiver's
 libp2p thread) minus the ``created`` time the sender wrote just before publishing;
 all processes share one clock. Delivery ratio = distinct (sender, round) pairs
@@ -11,18 +12,20 @@ Topology: one routing-only bootstrap node (in this process) that every node dial
 nodes then learn each other through the DHT.
 
 Each worker also measures its own CPU (user + system) from the start of publishing
-to the end of the drain, and counts the yamux WINDOW_UPDATE frames it sent:
-``cpu_ms_per_msg`` is a node's CPU divided by the messages it heard. ``--yamux``
-picks the receive-window rule: ``half`` (swarmnode's, ``p2p/yamux_window``),
-``stock`` (py-libp2p's own: an update after every read) or ``both``, which runs the
-whole bench once per rule, alternating ``--repeat`` times, and ends with a line that
-sets them side by side.
+to the end of the drain, less what the same time costs it idle (measured over
+``IDLE_S`` of silence after the drain), and counts the yamux WINDOW_UPDATE frames it
+sent: ``net_cpu_ms_per_msg`` is that CPU divided by the messages the nodes heard
+(``cpu_ms_per_msg`` without the idle part taken off). ``--io`` picks yamux's
+receive-credit rule in every process: ``swarmnode`` (``p2p/yamux_window``) or
+``stock`` (py-libp2p's). ``--compare stock,swarmnode`` runs the whole bench once per
+setting, alternating ``--repeat`` times, and ends with a line that sets them side by
+side.
 
 The last line printed is ``name=value`` pairs (p50_ms, p99_ms, delivery, ...).
 
     .venv/bin/python scripts/bench_gossip.py --seconds 60
     .venv/bin/python scripts/bench_gossip.py --preset large --seconds 30
-    .venv/bin/python scripts/bench_gossip.py --nodes 6 --seconds 40 --yamux both
+    .venv/bin/python scripts/bench_gossip.py --nodes 4 --seconds 30 --compare stock,swarmnode
 """
 
 from __future__ import annotations
@@ -54,6 +57,7 @@ PRESETS = {  # groups, completions per group, characters per completion
     "large": (8, 8, 2000),
 }
 DRAIN_S = 5.0
+IDLE_S = 8.0  # after the drain: each node's CPU with no messages
 
 
 def make_batch(node: int, round_: int, groups: int, completions: int, chars: int) -> bytes:
@@ -89,9 +93,13 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-def use_rule(rule: str) -> list[int]:
-    """Install the yamux credit rule; a list that counts WINDOW_UPDATE frames sent."""
-    if rule == "stock":
+IO = ("swarmnode", "stock")
+
+
+def use_io(io: str) -> list[int]:
+    """swarmnode's yamux credit rule, or py-libp2p's (``stock``); a list counting the
+    WINDOW_UPDATE frames sent."""
+    if io == "stock":
         yamux_window.uninstall()
     else:
         yamux_window.install()
@@ -108,7 +116,7 @@ def use_rule(rule: str) -> list[int]:
 
 async def worker(args: argparse.Namespace) -> None:
     groups, completions, chars = PRESETS[args.preset]
-    updates = use_rule(args.yamux)
+    updates = use_io(args.io)
     t = GossipTransport(swarm_cfg([args.boot], args.degree), Path(args.data_dir))
     await t.start()
     deadline = time.monotonic() + 60
@@ -119,7 +127,7 @@ async def worker(args: argparse.Namespace) -> None:
     start_at = float(line.split()[1])
     while time.time() < start_at:
         await asyncio.sleep(0.01)
-    cpu0, updates0 = cpu_s(), len(updates)
+    cpu0, updates0, busy_t0 = cpu_s(), len(updates), time.monotonic()
     phase = random.Random(args.worker).random()
     arrivals: dict[str, list[tuple[int, float]]] = {}
     sizes: list[int] = []
@@ -133,19 +141,26 @@ async def worker(args: argparse.Namespace) -> None:
             sizes.append(len(payload))
             await t.publish(payload)
             sent += 1
-            next_pub += 1.0
+            next_pub += args.period
         for r in t.inbox.drain():
             b = decode_batch(r.payload)
             lat = r.received_at - b.groups[0].created
             arrivals.setdefault(r.peer_id, []).append((b.round, lat))
         await asyncio.sleep(0.01)
-    cpu = cpu_s() - cpu0
+    cpu, busy_s = cpu_s() - cpu0, time.monotonic() - busy_t0
+    # Then the same loop with nothing sent: the CPU heartbeats and polling cost anyway.
+    idle_t0, idle_cpu0 = time.monotonic(), cpu_s()
+    while time.monotonic() < idle_t0 + IDLE_S:
+        t.inbox.drain()
+        await asyncio.sleep(0.01)
+    idle_cpu = (cpu_s() - idle_cpu0) / IDLE_S * busy_s
     st = t.stats()
     print(
         "RESULT "
         + json.dumps(
             {
                 "cpu_s": cpu,
+                "idle_cpu_s": idle_cpu,
                 "window_updates": len(updates) - updates0,
                 "peer_id": st["peer_id"],
                 "sent": sent,
@@ -163,8 +178,8 @@ async def worker(args: argparse.Namespace) -> None:
     await t.stop()
 
 
-async def coordinator(args: argparse.Namespace, rule: str) -> dict[str, Any]:
-    use_rule(rule)  # the bootstrap node too
+async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
+    use_io(io)  # the bootstrap node too
     tmp = Path(tempfile.mkdtemp(prefix="bench_gossip_"))
     boot = GossipTransport(swarm_cfg([], args.degree), tmp / "boot")
     await boot.start()
@@ -184,10 +199,12 @@ async def coordinator(args: argparse.Namespace, rule: str) -> dict[str, Any]:
                 str(args.seconds),
                 "--preset",
                 args.preset,
+                "--period",
+                str(args.period),
                 "--degree",
                 str(args.degree),
-                "--yamux",
-                rule,
+                "--io",
+                io,
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
@@ -211,7 +228,7 @@ async def coordinator(args: argparse.Namespace, rule: str) -> dict[str, Any]:
             p.stdin.write(f"GO {start_at}\n")
             p.stdin.flush()
         results = []
-        timeout = args.seconds + DRAIN_S + 60
+        timeout = args.seconds + DRAIN_S + IDLE_S + 60
         for p in procs:
             assert p.stdout is not None
             while True:
@@ -231,11 +248,11 @@ async def coordinator(args: argparse.Namespace, rule: str) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 p.kill()
         await boot.stop()
-    return report(args, rule, results, boot_stats)
+    return report(args, io, results, boot_stats)
 
 
 def report(
-    args: argparse.Namespace, rule: str, results: list[dict[str, Any]], boot: dict[str, Any]
+    args: argparse.Namespace, io: str, results: list[dict[str, Any]], boot: dict[str, Any]
 ) -> dict[str, Any]:
     sent = {r["peer_id"]: r["sent"] for r in results}
     lats: list[float] = []
@@ -263,15 +280,19 @@ def report(
         f"bootstrap: peers={boot['num_peers']} mesh={boot['mesh_size']} counters={boot['counters']}"
     )
     cpu = sum(r["cpu_s"] for r in results)
+    net = cpu - sum(r["idle_cpu_s"] for r in results)
     fig = {
         "cpu_ms_per_msg": 1000 * cpu / max(1, delivered),
+        "net_cpu_ms_per_msg": 1000 * net / max(1, delivered),
         "window_updates_per_msg": sum(r["window_updates"] for r in results) / max(1, delivered),
         "delivered": delivered,
         "expected": expected,
     }
     print(
-        f"yamux={rule} nodes={args.nodes} seconds={args.seconds} preset={args.preset} "
-        f"degree={args.degree} cpu_s={cpu:.1f} cpu_ms_per_msg={fig['cpu_ms_per_msg']:.2f} "
+        f"io={io} nodes={args.nodes} seconds={args.seconds} preset={args.preset} "
+        f"degree={args.degree} period_s={args.period} cpu_s={cpu:.1f} idle_share_s={cpu - net:.1f} "
+        f"cpu_ms_per_msg={fig['cpu_ms_per_msg']:.2f} "
+        f"net_cpu_ms_per_msg={fig['net_cpu_ms_per_msg']:.2f} "
         f"window_updates_per_msg={fig['window_updates_per_msg']:.2f} "
         f"msgs_sent={sum(sent.values())} expected={expected} delivered={delivered} "
         f"delivery={delivered / expected if expected else float('nan'):.4f} "
@@ -284,27 +305,28 @@ def report(
 
 
 async def compare(args: argparse.Namespace) -> None:
-    """Each rule ``--repeat`` times, alternating; then both side by side."""
-    rules = ["stock", "half"] if args.yamux == "both" else [args.yamux]
-    figs: dict[str, list[dict[str, Any]]] = {r: [] for r in rules}
+    """Each ``--compare`` setting ``--repeat`` times, alternating; then side by side."""
+    ios = args.compare.split(",") if args.compare else [args.io]
+    if bad := [io for io in ios if io not in IO]:
+        raise SystemExit(f"--compare: unknown setting {bad[0]!r}; choose from {', '.join(IO)}")
+    figs: dict[str, list[dict[str, Any]]] = {io: [] for io in ios}
     for _ in range(args.repeat):
-        for rule in rules:
-            figs[rule].append(await coordinator(args, rule))
-    if len(rules) < 2:
+        for io in ios:
+            figs[io].append(await coordinator(args, io))
+    if len(ios) < 2:
         return
-    mean = {r: {k: statistics.fmean(f[k] for f in figs[r]) for k in figs[r][0]} for r in rules}
-    s, h = mean["stock"], mean["half"]
-    print(
-        f"yamux both, {args.repeat} run(s) each: cpu_ms_per_msg stock {s['cpu_ms_per_msg']:.2f}"
-        f" half {h['cpu_ms_per_msg']:.2f} ratio {h['cpu_ms_per_msg'] / s['cpu_ms_per_msg']:.2f}"
-        f" window_updates_per_msg stock {s['window_updates_per_msg']:.2f}"
-        f" half {h['window_updates_per_msg']:.2f}"
-        f" delivered stock {sum(f['delivered'] for f in figs['stock'])}"
-        f"/{sum(f['expected'] for f in figs['stock'])}"
-        f" half {sum(f['delivered'] for f in figs['half'])}"
-        f"/{sum(f['expected'] for f in figs['half'])}",
-        flush=True,
-    )
+    parts = []
+    base = statistics.fmean(f["net_cpu_ms_per_msg"] for f in figs[ios[0]])
+    for io in ios:
+        cpu = statistics.fmean(f["net_cpu_ms_per_msg"] for f in figs[io])
+        wu = statistics.fmean(f["window_updates_per_msg"] for f in figs[io])
+        got = sum(f["delivered"] for f in figs[io])
+        want = sum(f["expected"] for f in figs[io])
+        parts.append(
+            f"{io}: net_cpu_ms_per_msg {cpu:.2f} ({cpu / base:.2f}x) "
+            f"window_updates_per_msg {wu:.2f} delivered {got}/{want}"
+        )
+    print(f"compare, {args.repeat} run(s) each | " + " | ".join(parts), flush=True)
 
 
 def main() -> None:
@@ -312,14 +334,11 @@ def main() -> None:
     ap.add_argument("--nodes", type=int, default=8)
     ap.add_argument("--seconds", type=int, default=60)
     ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
+    ap.add_argument("--period", type=float, default=1.0, help="seconds between a node's batches")
     ap.add_argument("--degree", type=int, default=6, help="gossipsub mesh degree D")
-    ap.add_argument(
-        "--yamux",
-        choices=["half", "stock", "both"],
-        default="half",
-        help="yamux window credit: swarmnode's half-window steps, py-libp2p's, or both",
-    )
-    ap.add_argument("--repeat", type=int, default=1, help="runs per rule with --yamux both")
+    ap.add_argument("--io", choices=IO, default="swarmnode", help="py-libp2p I/O overrides")
+    ap.add_argument("--compare", help="comma-separated --io settings to run side by side")
+    ap.add_argument("--repeat", type=int, default=1, help="runs per --compare setting")
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--boot", help=argparse.SUPPRESS)
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)

@@ -28,6 +28,8 @@ Invariants:
   gossipsub peer exchange and mDNS, and dialled until ``target_peers`` are connected,
   so the mesh survives a bootstrap node going away. A peer that cannot be dialled
   directly is dialled through a relay it advertises (``nat.NatTraversal``).
+- py-libp2p's yamux returns receive credit in half-window steps, as go-yamux does
+  (``yamux_window``, installed at import).
 """
 
 from __future__ import annotations

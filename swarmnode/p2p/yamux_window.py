@@ -23,7 +23,7 @@ Invariants:
   WINDOW_UPDATE, so any yamux peer (go, rust, js, py) reads them as before.
 - Installed by ``swarmnode.p2p.host`` at its import, for every yamux stream in the
   process; ``install`` is idempotent and ``uninstall`` restores py-libp2p's rule
-  (``scripts/bench_gossip.py --yamux both`` measures the two side by side).
+  (``scripts/bench_gossip.py --compare`` measures them side by side).
 """
 
 from __future__ import annotations

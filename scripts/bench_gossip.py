@@ -58,6 +58,7 @@ PRESETS = {  # groups, completions per group, characters per completion
 }
 DRAIN_S = 5.0
 IDLE_S = 8.0  # after the drain: each node's CPU with no messages
+IO = ("swarmnode", "stock")  # yamux receive-credit rule: swarmnode's or py-libp2p's
 
 
 def make_batch(node: int, round_: int, groups: int, completions: int, chars: int) -> bytes:
@@ -93,16 +94,16 @@ def cpu_s() -> float:
     return ru.ru_utime + ru.ru_stime
 
 
-IO = ("swarmnode", "stock")
-
-
-def use_io(io: str) -> list[int]:
-    """swarmnode's yamux credit rule, or py-libp2p's (``stock``); a list counting the
-    WINDOW_UPDATE frames sent."""
+def use_io(io: str) -> None:
+    """swarmnode's yamux credit rule, or py-libp2p's (``stock``)."""
     if io == "stock":
         yamux_window.uninstall()
     else:
         yamux_window.install()
+
+
+def count_window_updates() -> list[int]:
+    """A list that grows by each WINDOW_UPDATE this process sends (call once)."""
     sent: list[int] = []
     original = YamuxStream.send_window_update
 
@@ -116,7 +117,8 @@ def use_io(io: str) -> list[int]:
 
 async def worker(args: argparse.Namespace) -> None:
     groups, completions, chars = PRESETS[args.preset]
-    updates = use_io(args.io)
+    use_io(args.io)
+    updates = count_window_updates()
     t = GossipTransport(swarm_cfg([args.boot], args.degree), Path(args.data_dir))
     await t.start()
     deadline = time.monotonic() + 60

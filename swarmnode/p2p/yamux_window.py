@@ -21,6 +21,8 @@ Invariants:
   half a window, as with a go peer.
 - Only when credit is returned changes; the frames themselves are yamux's standard
   WINDOW_UPDATE, so any yamux peer (go, rust, js, py) reads them as before.
+  py-libp2p's window auto-tuning lived in the replaced method, so the target window
+  stays at its 256 KiB default (ample for gossip messages of at most 1 MiB).
 - Installed by ``swarmnode.p2p.host`` at its import, for every yamux stream in the
   process; ``install`` is idempotent and ``uninstall`` restores py-libp2p's rule
   (``scripts/bench_gossip.py --compare`` measures them side by side).
@@ -40,7 +42,7 @@ async def _credit_in_half_windows(self: Any, *, bytes_read: int = 0) -> None:
     async with self.window_lock:
         buffered = len(self.conn.stream_buffers.get(self.stream_id, b""))
         delta = self.target_recv_window - (self.recv_window + buffered)
-        if delta <= 0 or delta < self.target_recv_window // 2:
+        if delta < self.target_recv_window // 2:
             return
         self.recv_window += delta
     await self.send_window_update(delta, skip_lock=True)

@@ -183,8 +183,11 @@ def run_dir(args: argparse.Namespace, name: str, seed: int) -> Path:
 
 
 def rounds_done(d: Path) -> int:
+    """Distinct rounds in a node's metrics (a continued run redoes a few rounds)."""
     path = d / "metrics.jsonl"
-    return len(path.read_text().splitlines()) if path.is_file() else 0
+    if not path.is_file():
+        return 0
+    return len({json.loads(x)["round"] for x in path.read_text().splitlines() if x.strip()})
 
 
 def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any]) -> None:

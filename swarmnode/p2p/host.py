@@ -24,8 +24,9 @@ Invariants:
   within about half a minute (``liveness``), and so redialled once reachable.
 - Every dial and every wait has a timeout; an unreachable bootstrap node is retried
   with capped exponential backoff forever and never stalls anything else.
-- Peers are learned from the DHT (lookups through whoever we are connected to),
-  gossipsub peer exchange and mDNS, and dialled until ``target_peers`` are connected,
+- Peers are learned from the DHT (lookups through whoever we are connected to,
+  backing off while they learn nothing: ``lookup_pacer``), gossipsub peer
+  exchange and mDNS, and dialled until ``target_peers`` are connected,
   so the mesh survives a bootstrap node going away. A peer that cannot be dialled
   directly is dialled through a relay it advertises (``nat.NatTraversal``).
 - py-libp2p's yamux returns receive credit in half-window steps, as go-yamux does
@@ -68,6 +69,7 @@ from swarmnode.p2p.gossip import (
     topic_for,
 )
 from swarmnode.p2p.liveness import Liveness
+from swarmnode.p2p.lookup_pacer import LookupPacer
 from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
 from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, Batch, WireError, decode_batch
@@ -127,6 +129,7 @@ class P2PHost:
         self._wake_send, self._wake_recv = trio.open_memory_channel[None](1)
         self._snapshot: dict[str, Any] = {}
         self._dial_backoff: dict[ID, tuple[float, float]] = {}  # peer -> (next try, delay)
+        self._lookups = LookupPacer(cfg.discovery_interval_s)
         self.peer_id = ID.from_pubkey(key_pair.public_key)
         self.host: Any = None
         self.gossipsub: GossipSub | None = None
@@ -409,17 +412,29 @@ class P2PHost:
             connected = set(self.host.get_connected_peers())
             if len(connected) >= self.cfg.target_peers:
                 continue
-            if self.dht is not None and connected:
-                with trio.move_on_after(self.cfg.dial_timeout_s):
-                    try:
-                        await self.dht.peer_routing.find_closest_peers_network(
-                            self.peer_id.to_bytes()
-                        )
-                    # a lookup fails per queried peer in many ways; next tick retries
-                    except Exception as err:
-                        self.counters.add("dht_lookup_failed")
-                        log.debug("DHT lookup failed: %s", err)
+            if (
+                self.dht is not None
+                and connected
+                and self._lookups.due(trio.current_time(), len(connected))
+            ):
+                await self._dht_lookup()
             await self._dial_candidates(connected)
+
+    async def _dht_lookup(self) -> None:
+        """One lookup of our own ID; the pacer backs off while they learn nothing."""
+        assert self.dht is not None
+        store = self.host.get_peerstore()
+        known = set(store.peers_with_addrs())
+        self.counters.add("dht_lookups")
+        with trio.move_on_after(self.cfg.dial_timeout_s):
+            try:
+                await self.dht.peer_routing.find_closest_peers_network(self.peer_id.to_bytes())
+            # a lookup fails per queried peer in many ways; a later tick retries
+            except Exception as err:
+                self.counters.add("dht_lookup_failed")
+                log.debug("DHT lookup failed: %s", err)
+        learned = bool(set(store.peers_with_addrs()) - known)
+        self._lookups.done(trio.current_time(), learned)
 
     async def _dial_candidates(self, connected: set[ID]) -> None:
         store = self.host.get_peerstore()

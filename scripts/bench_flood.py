@@ -67,6 +67,7 @@ sys.path.insert(0, str(REPO))
 from swarmnode.config import SwarmConfig, parse_config  # noqa: E402
 from swarmnode.control import ControlError, query_status  # noqa: E402
 from swarmnode.metrics import RoundRecord, read_rounds  # noqa: E402
+from swarmnode.model import cpu_has_bf16  # noqa: E402
 from swarmnode.p2p.gossip import topic_for  # noqa: E402
 from swarmnode.p2p.transport import GossipTransport  # noqa: E402
 from swarmnode.p2p.wire import encode_batch  # noqa: E402
@@ -549,7 +550,11 @@ async def amain(args: argparse.Namespace) -> int:
     finally:
         await shut_down(victim, FLOODERS, stop, honest_task)
     print(f"victim data and log: {tmp}" if args.keep else "", flush=True)
-    print(f"victim_cpus {','.join(map(str, sorted(cpus or ())))} {summary(res)}", flush=True)
+    print(
+        f"victim_cpus {','.join(map(str, sorted(cpus or ())))} cpu_bf16 {int(cpu_has_bf16())}"
+        f" {summary(res)}",
+        flush=True,
+    )
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if all(r["valid"] for r in res.values()) else 1

@@ -65,6 +65,8 @@ from bench_flood import (  # noqa: E402
     start_node,
 )
 
+from swarmnode.model import cpu_has_bf16  # noqa: E402
+
 FORWARDERS: list[subprocess.Popen[bytes]] = []
 
 
@@ -243,7 +245,7 @@ async def phase(victim: Victim, name: str, addr: str, args: argparse.Namespace) 
 def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[int]) -> str:
     calm, scale = res["calm"], res["scale"]
     return (
-        f"victim_cpus {','.join(map(str, sorted(cpus)))}"
+        f"victim_cpus {','.join(map(str, sorted(cpus)))} cpu_bf16 {int(cpu_has_bf16())}"
         f" peers {args.peers} procs {args.procs} period_s {args.period}"
         f" ratio {scale['round_s'] / calm['round_s']:.2f}"
         f" (median {scale['round_s_median'] / calm['round_s_median']:.2f})"

@@ -25,7 +25,10 @@ so only the source of the trained-on groups differs:
 
 Runs are independent and resumable: ``--resume`` skips every (configuration, seed)
 whose nodes all finished their rounds and held-out scoring, and continues an
-interrupted one from its nodes' newest checkpoints (every 10 rounds). Aggregation
+interrupted one from its nodes' newest checkpoints (every 10 rounds). The same
+continues a finished run to a larger ``--rounds`` (its nodes go on from their last
+checkpoint, and held-out is scored again at the end); to keep the shorter run, copy
+its folder to another --out first. Aggregation
 reads whatever runs exist (``--aggregate`` does only that) and writes to --out:
 
 - rewards.csv: config, seed, node, round, wall and compute seconds (generation +
@@ -209,8 +212,9 @@ def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any
     for i in range(args.nodes):
         data = root / f"n{i}"
         log = (root / f"n{i}.log").open("a")
-        if resume:
+        if resume:  # the run may be extended (--rounds above its first) or moved
             cfg = yaml.safe_load(configs[i].read_text())
+            cfg["node"].update(max_rounds=args.rounds, data_dir=str(data))
         else:
             port = free_port()
             cfg = node_config(base, args, name, seed, i, data, port, boot)
@@ -242,9 +246,12 @@ def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any
 
 
 def heldout(d: Path, per_dataset: int) -> dict[str, Any]:
-    """Strict held-out result of one node (cached in its folder as heldout.json)."""
+    """Strict held-out result of one node (cached in its folder as heldout.json; a
+    cache from fewer rounds than the node has run, as after ``--rounds`` was raised
+    on ``--resume``, is redone)."""
     cache = d / "heldout.json"
-    if not cache.is_file():
+    stale = cache.is_file() and json.loads(cache.read_text()).get("round", 0) < rounds_done(d)
+    if not cache.is_file() or stale:
         from swarmnode.config import load_config
         from swarmnode.evaluate import evaluate
 
@@ -551,7 +558,11 @@ def summarise(
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--rounds", type=int, default=60)
+    ap.add_argument(
+        "--rounds",
+        type=int,
+        help="rounds per run (default 60, --quick 3); raised on --resume, finished runs go on",
+    )
     ap.add_argument("--seeds", type=int, default=1, help="run seeds 0..K-1 of each config")
     ap.add_argument("--seed-list", help="comma-separated seeds instead of --seeds")
     ap.add_argument("--configs", default="none,balanced,adaptive,complete")
@@ -581,8 +592,9 @@ def main() -> None:
     ap.add_argument("--export-raw", type=Path, help="copy finished runs' small files here")
     args = ap.parse_args()
     if args.quick:
-        args.nodes, args.rounds, args.questions, args.completions = 2, 3, 2, 4
+        args.nodes, args.questions, args.completions = 2, 2, 4
         args.max_new_tokens, args.heldout, args.window = 8, 2, 2
+    args.rounds = args.rounds or (3 if args.quick else 60)
     base = yaml.safe_load(args.base.read_text())
     args.per_dataset = max(1, math.ceil(args.heldout / len(base["tasks"]["datasets"])))
     args.out.mkdir(parents=True, exist_ok=True)

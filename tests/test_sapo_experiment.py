@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from tests.helpers import ENV, REPO
@@ -136,3 +137,33 @@ def test_specialty_accuracy_for_hetero_nodes(tmp_path: Path) -> None:
     assert "| none | 0.300 | — | 0.100 | — |" in table
     assert "| mix | 0.200 | -10.0 [-10.0, -10.0] | 0.300 | +20.0 [+20.0, +20.0] |" in table
     assert specialty_table([{"config": "none", "seed": 0, "node": 0}], ["none"]) == []
+
+
+@pytest.mark.slow  # two more node runs; the quick test above covers resuming
+def test_resume_with_more_rounds_continues_a_finished_run(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "exp"
+    common = ["--quick", "--model", str(tiny_model_dir), "--out", str(out)]
+    common += ["--configs", "none", "--seed-list", "0", "--resume"]
+    first = run(*common)
+    assert first.returncode == 0, first.stdout + first.stderr
+    before = {(r["node"], r["round"]): r for r in csv.DictReader((out / "rewards.csv").open())}
+    assert {k[1] for k in before} == {"1", "2", "3"}
+    # Moved, as a run copied elsewhere to be extended is: paths follow the folder.
+    moved = tmp_path / "moved"
+    out.rename(moved)
+    common[common.index(str(out))] = str(moved)
+    longer = run(*common, "--rounds", "5")
+    assert longer.returncode == 0, longer.stdout + longer.stderr
+    assert "none seed 0" in longer.stdout  # not skipped as finished
+    after = {(r["node"], r["round"]): r for r in csv.DictReader((moved / "rewards.csv").open())}
+    assert {k[1] for k in after} == {"1", "2", "3", "4", "5"}
+    for key, row in before.items():  # rounds 1-3 were not run again
+        assert after[key]["reward"] == row["reward"] and after[key]["wall_s"] == row["wall_s"]
+    for i in (0, 1):
+        cfg = yaml.safe_load((moved / "none-s0" / f"n{i}.yaml").read_text())
+        assert cfg["node"]["max_rounds"] == 5
+        assert cfg["node"]["data_dir"] == str(moved / "none-s0" / f"n{i}")
+        held = (moved / "none-s0" / f"n{i}" / "heldout.json").read_text()
+        assert '"round": 5' in held  # scored again after the new rounds

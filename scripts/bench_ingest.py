@@ -21,13 +21,11 @@ import sys
 import time
 from pathlib import Path
 
-import msgpack
-
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "scripts"))
 
-from bench_flood import flood_pool  # noqa: E402
+from bench_flood import flood_payload, flood_pool  # noqa: E402
 from bench_swarm import TASKS  # noqa: E402
 
 from swarmnode.completion import AnswerBook  # noqa: E402
@@ -39,15 +37,9 @@ from swarmnode.tasks import preload  # noqa: E402
 
 
 def payloads(n: int, groups: int) -> list[bytes]:
-    """``n`` wire messages of ``groups`` distinct catalog groups each, built here."""
+    """``n`` wire messages of ``groups`` distinct catalog groups each (bench_flood's)."""
     pool = flood_pool(100, n * groups)
-    out = []
-    for i in range(n):
-        now = time.time()
-        batch = [dict(pool[i * groups + j], created=now) for j in range(groups)]
-        obj = {"v": 2, "swarm": "default", "round": i + 1, "groups": batch}
-        out.append(bytes(msgpack.packb(obj, use_bin_type=True)))
-    return out
+    return [flood_payload(pool, i, groups) for i in range(n)]
 
 
 def main() -> None:

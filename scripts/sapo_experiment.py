@@ -78,6 +78,8 @@ from sapo_stats import mean_band, paired_diff
 
 sys.path.insert(0, str(REPO))
 
+from swarmnode.metrics import read_metrics
+
 CONFIGS = (
     "none",
     "balanced",
@@ -188,9 +190,7 @@ def run_dir(args: argparse.Namespace, name: str, seed: int) -> Path:
 def rounds_done(d: Path) -> int:
     """Distinct rounds in a node's metrics (a continued run redoes a few rounds)."""
     path = d / "metrics.jsonl"
-    if not path.is_file():
-        return 0
-    return len({json.loads(x)["round"] for x in path.read_text().splitlines() if x.strip()})
+    return len({r["round"] for r in read_metrics(path)}) if path.is_file() else 0
 
 
 def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any]) -> None:

@@ -382,7 +382,11 @@ class SwarmConfig(_Section):
         60.0, gt=0, le=3600, description="Longest wait between dials to an unreachable bootstrap."
     )
     discovery_interval_s: float = Field(
-        5.0, gt=0, le=3600, description="How often to look for and dial new peers."
+        5.0,
+        gt=0,
+        le=3600,
+        description="How often to dial new peers, and at most how often to look them up "
+        "in the DHT (lookups that find nobody new back off to one per 300 s).",
     )
     shutdown_timeout_s: float = Field(
         5.0, gt=0, le=120, description="Longest a clean network shutdown may take."

@@ -488,6 +488,7 @@ class P2PHost:
             "topic_peers": len(pubsub.peer_topics.get(self.topic, ())),
             "mesh_size": len(gs.mesh.get(self.topic, ())) if gs is not None else 0,
             "dht_routing_table": self.dht.get_routing_table_size() if self.dht else 0,
+            "dht_lookups_deferred": self._lookups.skipped,  # discovery ticks it backed off
             "peer_scores": self.scores.snapshot(),
             "graylisted": sorted(p.to_base58() for p in self._blacklisted),
             "nat": self.nat.snapshot(),

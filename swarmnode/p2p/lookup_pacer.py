@@ -28,7 +28,7 @@ class LookupPacer:
         self.wait_s = base_s
         self._next = 0.0
         self._connected = 0
-        self.skipped = 0  # ticks that did not look up (for the counters)
+        self.skipped = 0  # ticks that did not look up (status: dht_lookups_deferred)
 
     def due(self, now: float, connected: int) -> bool:
         """Is a lookup due at ``now`` with ``connected`` peers?"""

@@ -225,6 +225,7 @@ class GossipTransport(Transport):
             "topic_peers": snap.get("topic_peers", 0),
             "mesh_size": snap.get("mesh_size", 0),
             "dht_routing_table": snap.get("dht_routing_table", 0),
+            "dht_lookups_deferred": snap.get("dht_lookups_deferred", 0),
             "peer_scores": snap.get("peer_scores", {}),  # lowest first; see p2p.peerscore
             "graylisted": snap.get("graylisted", []),
             # reachability (AutoNAT), relay slots held/served, direct vs relayed peers

@@ -511,6 +511,22 @@ class SapoConfig(_Section):
         default_factory=list,
         description="Datasets (with exact configs) accepted from peers besides tasks.datasets.",
     )
+    verify: Literal["on_arrival", "when_drawn"] = Field(
+        "on_arrival",
+        description="When peers' groups are regenerated and re-scored: 'on_arrival' (every "
+        "group, then queued if it has signal) or 'when_drawn' (cheap checks on arrival, the "
+        "full check only for groups the sampler draws: for large swarms, where most "
+        "groups are never trained on). 'when_drawn' needs complete_groups: false.",
+    )
+
+    @model_validator(mode="after")
+    def _verify(self) -> SapoConfig:
+        if self.verify == "when_drawn" and self.complete_groups:
+            raise ValueError(
+                "verify: 'when_drawn' needs complete_groups: false (group completion "
+                "uses every peer answer verified on arrival)"
+            )
+        return self
 
 
 class MonitorConfig(_Section):

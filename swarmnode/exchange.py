@@ -6,8 +6,9 @@
   fits, ``encode_round``);
 - ingest pump: a task on the event loop takes what the transport received, decodes it
   and hands it to ``IngestGuard.offer`` (``IngestQueue.offer``, verification, within
-  the ingestion time budget) in a worker thread; each offer's verdicts move the
-  sender's score in the transport's ``peer_scores`` (graylisting);
+  the ingestion time budget) in a worker thread; the queue's verdicts (on arrival,
+  or when a group is drawn with ``sapo.verify: when_drawn``) move the sender's score
+  in the transport's ``peer_scores`` (graylisting);
 - fail-stop: a dead transport or a crashed pump is recorded, shown in status
   (``swarm_failure``), asks the node to stop, and ``check()`` raises ``SwarmError``.
 
@@ -113,7 +114,10 @@ class RolloutExchange:
         self.cfg = cfg
         self.transport = transport
         self.queue = queue
-        self.guard = IngestGuard(queue, transport.peer_scores, cfg.sapo.ingest_max_share)
+        self.guard = IngestGuard(queue, cfg.sapo.ingest_max_share)
+        scores = transport.peer_scores
+        if scores is not None:  # ingestion's verdicts move the senders' scores
+            queue.verdicts = scores.report
         self.on_failure = on_failure
         self.failure: str | None = None
         self.decode_failures: Counter[str] = Counter()

@@ -21,7 +21,15 @@ Invariants:
   node trains on what ``swarmnode eval`` scores, whatever its peers send.
 - Groups with no signal after re-scoring (all rewards equal) are not kept: they
   would be filtered before training anyway (the paper's zero-advantage filter).
-- Every refusal is counted by reason; nothing a peer sends raises out of ``offer``.
+- Every refusal is counted by reason; nothing a peer sends raises out of ``offer``
+  or ``take``.
+- Each verdict on a peer (groups verified, failed verification, false reward claims)
+  goes to ``verdicts`` (the transport's peer scores) where it is made, once.
+- ``sapo.verify: when_drawn``: ``offer`` runs only the cheap checks (freshness, size,
+  dedup, held-out, catalog, and the sender's own claims showing signal) and queues
+  the group unverified; ``take`` regenerates and re-scores it, and what fails there
+  is counted, reported and not returned. A sender's claims can only get its group
+  skipped, never trained: nothing leaves ``take`` unverified.
 - Thread-safe: the network side offers, the trainer takes.
 """
 
@@ -54,6 +62,10 @@ REASONS = (
     "too_large",
     "verifier_error",
 )
+# Verdicts: "accepted" (verified, queued), "failed_verification" (heldout,
+# out_of_catalog, unregenerable, question_mismatch, verifier_error: false or unusable on
+# purpose) and "false_claim"; stale, duplicate, no_signal can happen to honest peers.
+Verdicts = Callable[[str, str, int], None]  # (peer, "accepted" | ..., count)
 
 
 @dataclass
@@ -63,6 +75,8 @@ class Entry:
     size: int  # bytes of text, for the byte bound
     arrived: float
     claimed_match: bool  # did the sender's rewards equal ours? (reputation signal)
+    verified: bool = True  # False: queued on the cheap checks only (verify: when_drawn)
+    verified_when_drawn: bool = False  # verified by ``take`` (after the cheap checks)
 
 
 @dataclass
@@ -72,6 +86,9 @@ class IngestStats:
     evicted: Counter[str] = field(default_factory=Counter)  # full, peer_share, expired
     taken: int = 0
     claims_false: int = 0  # groups whose claimed rewards differed from ours
+    unverified: int = 0  # of accepted: queued on the cheap checks (verify: when_drawn)
+    late_verified: int = 0  # of those: verified when drawn
+    late_verify_s: float = 0.0  # time spent verifying drawn groups (the trainer's thread)
 
 
 def group_key(group: RolloutGroup) -> str:
@@ -137,7 +154,7 @@ class Catalog:
 
 
 class IngestQueue:
-    """Verified external groups waiting for the sampler."""
+    """Peers' external groups waiting for the sampler (verified, unless ``when_drawn``)."""
 
     def __init__(
         self,
@@ -146,12 +163,15 @@ class IngestQueue:
         score: Scorer,
         clock: Callable[[], float] = time.time,
         answers: AnswerBook | None = None,
+        verdicts: Verdicts | None = None,
     ) -> None:
         self.cfg = cfg
         self.catalog = catalog
         self.score = score
         self.clock = clock
         self.answers = answers  # verified peers' answers by item, for group completion
+        self.verdicts = verdicts  # where verdicts on peers go (peer scores), if anywhere
+        self.lazy = cfg.verify == "when_drawn"
         self.stats = IngestStats()
         self._lock = threading.Lock()
         self._queue: OrderedDict[str, Entry] = OrderedDict()  # oldest first
@@ -163,18 +183,20 @@ class IngestQueue:
     # -- intake ----------------------------------------------------------------
 
     def offer(self, peer: str, groups: Sequence[RolloutGroup]) -> int:
-        """Verify and admit a peer's groups; return how many were kept."""
+        """Check and admit a peer's groups; return how many were kept."""
+        verdicts: Counter[str] = Counter()
         kept = 0
         for group in groups:
-            reason = self._admit(peer, group)
+            reason = self._admit(peer, group, verdicts)
             if reason is None:
                 kept += 1
             else:
                 with self._lock:
                     self.stats.rejected[reason] += 1
+        self._report(peer, verdicts)
         return kept
 
-    def _admit(self, peer: str, group: RolloutGroup) -> str | None:
+    def _admit(self, peer: str, group: RolloutGroup, verdicts: Counter[str]) -> str | None:
         now = self.clock()
         if group.created < now - self.cfg.freshness_s:
             return "stale"
@@ -188,21 +210,64 @@ class IngestQueue:
             if key in self._seen:
                 return "duplicate"
         if group.ref.seed >= HELDOUT_SEED:
+            verdicts["failed_verification"] += 1
             return "heldout"
         ref = self.catalog.canonical(group.ref)
         if ref is None:
+            verdicts["failed_verification"] += 1
             return "out_of_catalog"
+        if self.lazy:
+            if len(set(group.rewards)) <= 1:  # the sender says so itself: skip, unchecked
+                return "no_signal"
+            with self._lock:
+                if key in self._seen:
+                    return "duplicate"
+                self._remember(key)
+                entry = Entry(dataclasses.replace(group, ref=ref), peer, size, now, True, False)
+                self._insert(key, entry)
+                self.stats.accepted += 1
+                self.stats.unverified += 1
+            return None
+        reason, verified, claimed_match = self._verify(peer, group, ref, verdicts)
+        if reason is not None:
+            return reason
+        assert verified is not None
+        with self._lock:
+            if key in self._seen:  # raced with the same group from another peer
+                return "duplicate"
+            self._remember(key)
+        if self.answers is not None:  # even a no-signal group's right answers can help
+            self.answers.add(verified)
+        with self._lock:
+            if not verified.has_signal:
+                return "no_signal"
+            self._insert(key, Entry(verified, peer, size, now, claimed_match))
+            self.stats.accepted += 1
+        verdicts["accepted"] += 1
+        return None
+
+    def _verify(
+        self, peer: str, group: RolloutGroup, ref: ItemRef, verdicts: Counter[str]
+    ) -> tuple[str | None, RolloutGroup | None, bool]:
+        """Regenerate the item, match the question, re-score: (refusal, group, claims true)."""
         try:
             entry = regenerate(ref)
         except TaskError:
-            return "unregenerable"
+            verdicts["failed_verification"] += 1
+            return "unregenerable", None, False
         if entry["question"] != group.question:
-            return "question_mismatch"
+            verdicts["failed_verification"] += 1
+            return "question_mismatch", None, False
         try:
             rewards, fmt = self.score(group.completions, entry)
         except Exception:  # a verifier bug must not take the node down; counted
-            return "verifier_error"
+            verdicts["failed_verification"] += 1
+            return "verifier_error", None, False
         claimed_match = _same_rewards(group.rewards, rewards)
+        if not claimed_match:
+            verdicts["false_claim"] += 1
+            with self._lock:
+                self.stats.claims_false += 1
         verified = RolloutGroup(
             ref=ref,
             question=group.question,
@@ -216,20 +281,42 @@ class IngestQueue:
             finished=None if group.finished is None else list(group.finished),
             logprobs=None if group.logprobs is None else list(group.logprobs),
         )
+        return None, verified, claimed_match
+
+    def _verify_drawn(self, entry: Entry) -> Entry | None:
+        """The full check for a group queued unverified; None (counted) if it fails."""
+        verdicts: Counter[str] = Counter()
+        t0 = time.perf_counter()
+        reason, verified, claimed_match = self._verify(
+            entry.peer, entry.group, entry.group.ref, verdicts
+        )
+        if reason is None and verified is not None and not verified.has_signal:
+            reason = "no_signal"  # the sender's claims said otherwise
         with self._lock:
-            if key in self._seen:  # raced with the same group from another peer
-                return "duplicate"
-            self._remember(key)
-            if not claimed_match:
-                self.stats.claims_false += 1
-        if self.answers is not None:  # even a no-signal group's right answers can help
-            self.answers.add(verified)
-        with self._lock:
-            if not verified.has_signal:
-                return "no_signal"
-            self._insert(key, Entry(verified, peer, size, now, claimed_match))
-            self.stats.accepted += 1
-        return None
+            self.stats.late_verify_s += time.perf_counter() - t0
+            if reason is not None:
+                self.stats.rejected[reason] += 1
+            else:
+                self.stats.late_verified += 1
+        if reason is None:
+            verdicts["accepted"] += 1
+        self._report(entry.peer, verdicts)
+        if reason is not None or verified is None:
+            return None
+        return dataclasses.replace(
+            entry,
+            group=verified,
+            claimed_match=claimed_match,
+            verified=True,
+            verified_when_drawn=True,
+        )
+
+    def _report(self, peer: str, verdicts: Counter[str]) -> None:
+        if self.verdicts is None:
+            return
+        for kind, n in verdicts.items():
+            if n:
+                self.verdicts(peer, kind, n)
 
     def _remember(self, key: str) -> None:
         self._seen[key] = None
@@ -275,11 +362,15 @@ class IngestQueue:
             return list(self._queue.items())
 
     def take(self, keys: Sequence[str]) -> list[Entry]:
-        """Remove and return these entries (those still present)."""
+        """Remove and return these entries (those still present), each verified: one
+        queued unverified is checked now and, if it fails, left out (counted)."""
         with self._lock:
-            out = [self._remove(k, None) for k in keys if k in self._queue]
+            popped = [self._remove(k, None) for k in keys if k in self._queue]
+        out = [e for e in popped if e.verified]
+        out += [v for e in popped if not e.verified and (v := self._verify_drawn(e))]
+        with self._lock:
             self.stats.taken += len(out)
-            return out
+        return out
 
     def __len__(self) -> int:
         with self._lock:
@@ -298,4 +389,7 @@ class IngestQueue:
                 "ingest_rejected": dict(self.stats.rejected),
                 "ingest_evicted": dict(self.stats.evicted),
                 "ingest_claims_false": self.stats.claims_false,
+                "ingest_unverified": self.stats.unverified,
+                "ingest_late_verified": self.stats.late_verified,
+                "ingest_late_verify_s": round(self.stats.late_verify_s, 3),
             }

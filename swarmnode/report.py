@@ -128,6 +128,13 @@ def format_status(reply: dict[str, Any]) -> str:
             f"ingest time share {ing.get('ingest_time_share', 0.0)}"
             f"  (busy {ing.get('ingest_busy_s', 0.0)}s,"
             f" waited for budget {ing.get('ingest_budget_wait_s', 0.0)}s)",
+        ]
+        if ing.get("ingest_unverified"):  # sapo.verify: when_drawn
+            lines.append(
+                f"queued unverified {ing['ingest_unverified']}, verified when drawn "
+                f"{ing.get('ingest_late_verified', 0)} ({ing.get('ingest_late_verify_s', 0.0)}s)"
+            )
+        lines += [
             "queue per peer: "
             + _counts({_short(k): v for k, v in (ing.get("per_peer") or {}).items()}),
         ]

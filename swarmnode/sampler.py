@@ -27,8 +27,15 @@ node already knows. With equal peers this is the paper's uniform draw.
   whose claimed rewards disagree with our re-scoring loses weight (it is broken or
   lying), one that agrees regains it. Each queued group moves its sender's record once.
 
+Groups queued unverified (``sapo.verify: when_drawn``) are checked as they are taken;
+one that fails leaves the queue and the draw goes on among the rest, at most
+``MAX_DRAWS_PER_SLOT`` tries per external slot, so a node verifies about J groups a
+round however many its peers send. Until then the adaptive ranking reads the
+sender's claimed rewards for a group's signal, and its record moves when verified.
+
 Invariants:
 - The update never holds more than B groups, and never a group twice.
+- Every external group in an update was verified by this node.
 - A group taken from the queue leaves it: each external group is trained on once.
 - Deterministic given (seed, round), the queue's content and its clock.
 - Tenure (``ratelimit.Tenure``) is remembered for a bounded number of peers, the
@@ -49,6 +56,7 @@ from swarmnode.ingest import Entry, IngestQueue
 from swarmnode.ratelimit import Tenure
 
 MIN_TENURE_WEIGHT = 1e-3  # a brand-new peer still fills slots nobody else can
+MAX_DRAWS_PER_SLOT = 4  # verify: when_drawn: tries per external slot, then a shortfall
 
 
 @dataclass
@@ -116,10 +124,33 @@ class SwarmSampler:
             return self._adaptive(rng, list(local), i, j, entries)
         return self._uniform(rng, list(local), i, j, entries)
 
-    def _finish(
-        self, local: list[RolloutGroup], picked: list[tuple[str, Entry]], shortfall: int
-    ) -> Composition:
-        taken = self.queue.take([k for k, _ in picked]) if self.queue is not None else []
+    def _take(
+        self,
+        rng: random.Random,
+        entries: list[tuple[str, Entry]],
+        n: int,
+        merit: Callable[[Entry], float],
+    ) -> list[Entry]:
+        """Draw and take ``n`` groups; a drawn group that fails its check (queued
+        unverified) is replaced by another draw, within ``MAX_DRAWS_PER_SLOT`` x n."""
+        if self.queue is None or n <= 0:
+            return []
+        taken: list[Entry] = []
+        pool, tries = list(entries), 0
+        while len(taken) < n and pool and tries < MAX_DRAWS_PER_SLOT * n:
+            picked = self._draw(
+                rng, pool, min(n - len(taken), MAX_DRAWS_PER_SLOT * n - tries), merit
+            )
+            tries += len(picked)
+            got = self.queue.take([k for k, _ in picked])
+            for e in got:
+                self._judge(e)
+            taken += got
+            tried = {k for k, _ in picked}
+            pool = [(k, e) for k, e in pool if k not in tried]
+        return taken
+
+    def _finish(self, local: list[RolloutGroup], taken: list[Entry], shortfall: int) -> Composition:
         external = [e.group for e in taken]
         return Composition(
             groups=local + external,
@@ -137,10 +168,10 @@ class SwarmSampler:
         j: int,
         entries: list[tuple[str, Entry]],
     ) -> Composition:
-        picked = self._draw(rng, entries, j, lambda e: 1.0)
-        shortfall = j - len(picked)
+        taken = self._take(rng, entries, j, lambda e: 1.0)
+        shortfall = j - len(taken)
         chosen = local[: i + shortfall]  # fill-up with the round's other local groups
-        return self._finish(chosen, picked, shortfall)
+        return self._finish(chosen, taken, shortfall)
 
     def _adaptive(
         self,
@@ -152,21 +183,28 @@ class SwarmSampler:
     ) -> Composition:
         budget = i + j
         for key, e in entries:
-            self._update_trust(key, e)
+            if e.verified:  # an unverified group's record moves when it is verified
+                self._update_trust(key, e)
         useful_local = [g for g in local if g.has_signal]
         min_local = min(len(useful_local), math.ceil(budget / 4)) if j > 0 else budget
         # Local slots whose groups carry no signal go to external groups.
         want = j + i - min(len(useful_local), i)
         n_ext = min(len(entries), budget - min_local, want)
-        picked = self._draw(
+        taken = self._take(
             rng,
             entries,
             n_ext,
             lambda e: signal(e.group) * max(0.05, self.peer_trust.get(e.peer, 1.0)),
         )
-        n_local = min(len(useful_local), budget - len(picked))
-        shortfall = max(0, j - len(picked))
-        return self._finish(useful_local[:n_local], picked, shortfall)
+        n_local = min(len(useful_local), budget - len(taken))
+        shortfall = max(0, j - len(taken))
+        return self._finish(useful_local[:n_local], taken, shortfall)
+
+    def _judge(self, entry: Entry) -> None:
+        """A group verified as it was taken (once: it has left the queue): its sender's
+        record moves now."""
+        if self.cfg.mode == "adaptive" and entry.verified_when_drawn:
+            self._move_trust(entry)
 
     def _update_trust(self, key: str, entry: Entry) -> None:
         if key in self._judged:
@@ -175,6 +213,9 @@ class SwarmSampler:
         if len(self._judged) > 65_536:  # bounded: forget the oldest half
             for k in list(self._judged)[:32_768]:
                 del self._judged[k]
+        self._move_trust(entry)
+
+    def _move_trust(self, entry: Entry) -> None:
         old = self.peer_trust.get(entry.peer, 1.0)
         self.peer_trust[entry.peer] = 0.9 * old + 0.1 * (1.0 if entry.claimed_match else 0.0)
 

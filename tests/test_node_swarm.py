@@ -33,9 +33,13 @@ def swarm_node(model_dir: Path, data_dir: Path, net: MemoryNetwork, name: str, *
     return Node(parse_config(raw), echo=False, transport=net.transport(name))
 
 
-def test_three_nodes_train_on_each_others_groups(tiny_model_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("verify", ["on_arrival", "when_drawn"])
+def test_three_nodes_train_on_each_others_groups(
+    tiny_model_dir: Path, tmp_path: Path, verify: str
+) -> None:
     net = MemoryNetwork()
-    nodes = [swarm_node(tiny_model_dir, tmp_path / n, net, n) for n in "ABC"]
+    sapo = {"local_groups": 2, "external_groups": 2, "verify": verify}
+    nodes = [swarm_node(tiny_model_dir, tmp_path / n, net, n, sapo=sapo) for n in "ABC"]
 
     def trained_on_both() -> bool:
         return all(
@@ -66,6 +70,11 @@ def test_three_nodes_train_on_each_others_groups(tiny_model_dir: Path, tmp_path:
         assert max(r.peers for r in recs) == 2 and max(r.ingest_accepted for r in recs) > 0
         status = node.status()
         assert status["ingest"]["ingest_accepted"] > 0 and status["swarm_failure"] is None
+        late = status["ingest"]["ingest_late_verified"]
+        if verify == "when_drawn":  # what was trained was verified when drawn
+            assert late >= sum(node.trained_from.values()) > 0
+        else:
+            assert late == 0 and status["ingest"]["ingest_unverified"] == 0
 
 
 def test_dead_transport_stops_the_node_with_a_clear_error(

@@ -384,15 +384,18 @@ def start_node(
     questions: int,
     model: str | None = None,
     cpus: set[int] | None = None,
+    verify: str = "on_arrival",
 ) -> Victim:
     """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
     name or folder as in ``model.name``) or, by default, the tiny test model; on
-    ``cpus`` only if given (set in the child before exec, so all its threads)."""
+    ``cpus`` only if given (set in the child before exec, so all its threads);
+    ``verify`` is its ``sapo.verify``."""
     if model is None:
         from tests.tiny import make_tiny_model
 
         model = str(make_tiny_model(tmp / "tiny", "llama"))
     cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
+    cfg["sapo"]["verify"] = verify
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     log = tmp / f"{name}.log"
     proc = subprocess.Popen(

@@ -246,7 +246,7 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[
     calm, scale = res["calm"], res["scale"]
     return (
         f"victim_cpus {','.join(map(str, sorted(cpus)))} cpu_bf16 {int(cpu_has_bf16())}"
-        f" peers {args.peers} procs {args.procs} period_s {args.period}"
+        f" verify {args.verify} peers {args.peers} procs {args.procs} period_s {args.period}"
         f" ratio {scale['round_s'] / calm['round_s']:.2f}"
         f" (median {scale['round_s_median'] / calm['round_s_median']:.2f})"
         f" node_cpu_per_round_ratio {scale['cpu_s_per_round'] / calm['cpu_s_per_round']:.2f}"
@@ -264,7 +264,7 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     cpus = pin_cpus(args.pin)
-    victim = start_node(tmp, "node", args.external, args.questions, args.model, cpus)
+    victim = start_node(tmp, "node", args.external, args.questions, args.model, cpus, args.verify)
     res: dict[str, dict[str, Any]] = {}
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
@@ -301,6 +301,12 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     ap.add_argument("--model", help=MODEL_HELP)
     ap.add_argument("--pin", action="store_true", help=PIN_HELP)
+    ap.add_argument(
+        "--verify",
+        default="on_arrival",
+        choices=["on_arrival", "when_drawn"],
+        help="the node's sapo.verify (configs/public.yaml: when_drawn)",
+    )
     ap.add_argument("--forwarder", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--proc", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)

@@ -22,13 +22,10 @@ Invariants:
   no unbounded or silently-dropping queue in between.
 - A peer that stops answering pings (a path cut without a reset) is disconnected
   within about half a minute (``liveness``), and so redialled once reachable.
-- Every dial and every wait has a timeout; an unreachable bootstrap node is retried
-  with capped exponential backoff forever and never stalls anything else.
-- Peers are learned from the DHT (lookups through whoever we are connected to,
-  backing off while they learn nothing: ``lookup_pacer``), gossipsub peer
-  exchange and mDNS, and dialled until ``target_peers`` are connected,
-  so the mesh survives a bootstrap node going away. A peer that cannot be dialled
-  directly is dialled through a relay it advertises (``nat.NatTraversal``).
+- Every wait has a timeout. Peers are found and dialled by ``discovery.Discovery``
+  (bootstrap redialled forever with capped backoff; DHT, peer exchange and mDNS
+  until ``target_peers``; relayed dials), so the mesh survives a bootstrap node
+  going away.
 - py-libp2p's yamux returns receive credit in half-window steps, as go-yamux does
   (``yamux_window``, installed at import).
 """
@@ -37,7 +34,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import random
 import time
 from collections import OrderedDict
 from contextlib import AsyncExitStack
@@ -51,7 +47,6 @@ from libp2p.crypto.keys import KeyPair
 from libp2p.crypto.x25519 import create_new_key_pair as new_x25519_key_pair
 from libp2p.kad_dht.kad_dht import DHTMode, KadDHT
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
@@ -61,6 +56,7 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Counters, Inbox, Outbox, Received
+from swarmnode.p2p.discovery import Discovery
 from swarmnode.p2p.gossip import (
     GOSSIP_PROTOCOLS,
     MAX_RPC_BYTES,
@@ -69,7 +65,6 @@ from swarmnode.p2p.gossip import (
     topic_for,
 )
 from swarmnode.p2p.liveness import Liveness
-from swarmnode.p2p.lookup_pacer import LookupPacer
 from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
 from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, Batch, WireError, decode_batch
@@ -128,13 +123,19 @@ class P2PHost:
         self.stop_event = trio.Event()
         self._wake_send, self._wake_recv = trio.open_memory_channel[None](1)
         self._snapshot: dict[str, Any] = {}
-        self._dial_backoff: dict[ID, tuple[float, float]] = {}  # peer -> (next try, delay)
-        self._lookups = LookupPacer(cfg.discovery_interval_s)
         self.peer_id = ID.from_pubkey(key_pair.public_key)
         self.host: Any = None
         self.gossipsub: GossipSub | None = None
         self.dht: KadDHT | None = None
         self.nat = NatTraversal(cfg, counters, psk)
+        self.discovery = Discovery(
+            cfg,
+            counters,
+            self.nat,
+            self.peer_id,
+            blacklisted=lambda p: p in self._blacklisted,
+            on_tick=self._trim_router_state,
+        )
 
     # ---- thread-safe entry points (called via TrioToken.run_sync_soon) ----------
 
@@ -203,6 +204,7 @@ class P2PHost:
                 if self.cfg.dht:
                     self.dht = KadDHT(host, DHTMode.SERVER)
                     await stack.enter_async_context(background_trio_service(self.dht))
+                self.discovery.attach(host, self.dht)
                 pubsub.set_topic_validator(self.topic, self._validate, is_async_validator=False)
                 pubsub.set_deliver(self.topic, self._deliver)
                 await pubsub.subscribe(self.topic)
@@ -210,11 +212,11 @@ class P2PHost:
                     nursery.start_soon(Liveness(host, self.counters, self.cfg.dial_timeout_s).run)
                     nursery.start_soon(self._enforce_loop, pubsub)
                     nursery.start_soon(self._publish_loop, pubsub)
-                    nursery.start_soon(self._discovery_loop)
+                    nursery.start_soon(self.discovery.run)
                     nursery.start_soon(self._snapshot_loop, pubsub)
                     nursery.start_soon(self.nat.run)
                     for text in self.cfg.bootstrap:
-                        nursery.start_soon(self._keep_bootstrap, text)
+                        nursery.start_soon(self.discovery.keep_bootstrap, text)
                     self._refresh_snapshot(pubsub)
                     task_status.started(HostInfo(self.peer_id.to_base58(), self.listen_addrs()))
                     await self.stop_event.wait()
@@ -329,12 +331,16 @@ class P2PHost:
                     self.cfg.graylist_s,
                 )
                 pubsub.add_to_blacklist(peer)  # also drops its stream and subscriptions
-                if self._connected(peer):
-                    with trio.move_on_after(self.cfg.dial_timeout_s):
-                        try:
-                            await self.host.disconnect(peer)
-                        except Exception as err:  # already half-closed: it is gone anyway
-                            log.debug("disconnect %s: %r", text, err)
+            # Every tick, not once: a disconnect that timed out (a loaded machine) or a
+            # peer that dialled back in must not leave a graylisted peer connected.
+            connected = set(self.host.get_connected_peers())
+            for peer in [p for p in self._blacklisted if p in connected]:
+                self.counters.add("graylisted_disconnects")
+                with trio.move_on_after(self.cfg.dial_timeout_s):
+                    try:
+                        await self.host.disconnect(peer)
+                    except Exception as err:  # already half-closed: it is gone anyway
+                        log.debug("disconnect %s: %r", peer, err)
 
     async def _publish_loop(self, pubsub: Pubsub) -> None:
         while True:
@@ -360,111 +366,7 @@ class P2PHost:
                 self.counters.add("msgs_out")
                 self.counters.add("bytes_out", len(payload))
 
-    # ---- peers ------------------------------------------------------------------
-
-    def _connected(self, peer: ID) -> bool:
-        return bool(self.host is not None and peer in set(self.host.get_connected_peers()))
-
-    async def _dial(self, info: PeerInfo, counter: str) -> bool:
-        """One dial with a timeout; True if connected. Failures are counted, not raised."""
-        try:
-            with trio.fail_after(self.cfg.dial_timeout_s):
-                await self.host.connect(info)
-        except trio.TooSlowError:
-            self.counters.add(f"{counter}_timeout")
-            return False
-        # Dial failures surface as SwarmException, OSError, multiselect, noise or
-        # PSK decryption errors depending on where the handshake broke.
-        except Exception as err:
-            self.counters.add(f"{counter}_failed")
-            log.debug("dial %s failed: %s: %s", info.peer_id, err.__class__.__name__, err)
-            return False
-        self.counters.add(f"{counter}_ok")
-        return True
-
-    async def _keep_bootstrap(self, text: str) -> None:
-        """Stay connected to one bootstrap peer: redial with capped backoff when it drops."""
-        info = info_from_p2p_addr(multiaddr.Multiaddr(text))
-        delay = 1.0
-        while True:
-            if self._connected(info.peer_id):
-                delay = 1.0
-                await trio.sleep(self.cfg.discovery_interval_s)
-                continue
-            # py-libp2p refuses to redial a peer whose addresses all failed recently (a
-            # negative cache of tens of seconds); for a configured bootstrap peer our own
-            # capped backoff paces the dials, so a restarted bootstrap is found at once.
-            unblock = getattr(self.host.get_network(), "unblock_peer", None)
-            if unblock is not None:
-                unblock(info.peer_id)
-            if await self._dial(info, "bootstrap_dial"):
-                delay = 1.0
-                continue
-            log.info("bootstrap %s unreachable; retrying in %.0fs", text, delay)
-            await trio.sleep(delay * random.uniform(0.8, 1.2))
-            delay = min(delay * 2, self.cfg.bootstrap_backoff_max_s)
-
-    async def _discovery_loop(self) -> None:
-        """Learn peers (DHT lookups; PX and mDNS fill the peerstore) and dial them."""
-        while True:
-            await trio.sleep(self.cfg.discovery_interval_s)
-            self._trim_router_state()
-            connected = set(self.host.get_connected_peers())
-            if len(connected) >= self.cfg.target_peers:
-                continue
-            if (
-                self.dht is not None
-                and connected
-                and self._lookups.due(trio.current_time(), len(connected))
-            ):
-                await self._dht_lookup()
-            await self._dial_candidates(connected)
-
-    async def _dht_lookup(self) -> None:
-        """One lookup of our own ID; the pacer backs off while they learn nothing."""
-        assert self.dht is not None
-        store = self.host.get_peerstore()
-        known = set(store.peers_with_addrs())
-        self.counters.add("dht_lookups")
-        with trio.move_on_after(self.cfg.dial_timeout_s):
-            try:
-                await self.dht.peer_routing.find_closest_peers_network(self.peer_id.to_bytes())
-            # a lookup fails per queried peer in many ways; a later tick retries
-            except Exception as err:
-                self.counters.add("dht_lookup_failed")
-                log.debug("DHT lookup failed: %s", err)
-        learned = bool(set(store.peers_with_addrs()) - known)
-        self._lookups.done(trio.current_time(), learned)
-
-    async def _dial_candidates(self, connected: set[ID]) -> None:
-        store = self.host.get_peerstore()
-        now = trio.current_time()
-        want = self.cfg.target_peers - len(connected)
-        candidates = [
-            p
-            for p in store.peers_with_addrs()
-            if p != self.peer_id
-            and p not in connected
-            and p not in self._blacklisted
-            and self._dial_backoff.get(p, (0.0, 0.0))[0] <= now
-        ]
-        random.shuffle(candidates)
-        for peer in candidates[: max(0, want)]:
-            if await self._dial_peer(peer, store.addrs(peer)):
-                self._dial_backoff.pop(peer, None)
-            else:
-                delay = min(self._dial_backoff.get(peer, (0.0, 1.0))[1] * 2, 300.0)
-                self._dial_backoff[peer] = (trio.current_time() + delay, delay)
-        if len(self._dial_backoff) > 4096:  # forget the stalest entries; bounded memory
-            for peer in sorted(self._dial_backoff, key=lambda p: self._dial_backoff[p][0])[:2048]:
-                del self._dial_backoff[peer]
-
-    async def _dial_peer(self, peer: ID, addrs: list[multiaddr.Multiaddr]) -> bool:
-        """Directly if it has direct addresses, else (or if that fails) through a relay."""
-        direct = [a for a in addrs if "/p2p-circuit" not in str(a)]
-        if direct and await self._dial(PeerInfo(peer, direct), "peer_dial"):
-            return True
-        return len(direct) < len(addrs) and await self.nat.dial_relayed(peer, addrs)
+    # ---- housekeeping -----------------------------------------------------------
 
     def _trim_router_state(self) -> None:
         """Bound gossipsub's equivocation map: py-libp2p keeps up to 1000 full messages
@@ -488,7 +390,7 @@ class P2PHost:
             "topic_peers": len(pubsub.peer_topics.get(self.topic, ())),
             "mesh_size": len(gs.mesh.get(self.topic, ())) if gs is not None else 0,
             "dht_routing_table": self.dht.get_routing_table_size() if self.dht else 0,
-            "dht_lookups_deferred": self._lookups.skipped,  # discovery ticks it backed off
+            "dht_lookups_deferred": self.discovery.lookups.skipped,  # discovery ticks it backed off
             "peer_scores": self.scores.snapshot(),
             "graylisted": sorted(p.to_base58() for p in self._blacklisted),
             "nat": self.nat.snapshot(),

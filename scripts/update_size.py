@@ -14,22 +14,19 @@ step a round, so with one learning rate the step size is set by this gradient no
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
+import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from swarmnode.metrics import read_metrics
 
 
 def rounds(path: Path) -> dict[int, dict[str, Any]]:
     """The last record of each round of one node's metrics (a torn line skipped)."""
-    by: dict[int, dict[str, Any]] = {}
-    for line in path.read_text().splitlines():
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        by[rec["round"]] = rec
-    return by
+    return {rec["round"]: rec for rec in read_metrics(path)}
 
 
 def main() -> None:

@@ -14,16 +14,23 @@ copies of each message arrive, one per mesh peer; all but the first stop at the 
 check, the cheapest gate. They are not simulated.)
 
 Phases, each ``--phase-s`` seconds: ``calm`` and ``scale`` (the N peers as well,
-from the moment every forwarder is meshed). In both, one more honest peer publishes
-a batch each time the node finishes a round (bench_flood's), so the node trains
-its ``--external`` peer groups every round either way: the ratio is the cost of
-the traffic, not of training more (the tiny model alone rarely has a group with
-signal, and its rounds would be generation only). Per phase: mean and median round time,
+from the moment every forwarder is meshed), ``--cycles`` times in turn (calm, scale,
+calm, scale, ...), so that the machine's drift and the model's own (its completions
+grow or shrink as it trains, and round time with them) fall on both sides alike.
+In both, one more honest peer publishes a batch each time the node finishes a round
+(bench_flood's), so the node trains its ``--external`` peer groups every round
+either way: the ratio is the cost of the traffic, not of training more (the tiny
+model alone rarely has a group with signal, and its rounds would be generation
+only). Per phase: mean and median round time,
 the node's peak ingest time share (``sapo.ingest_max_share`` is the budget) and RSS,
 messages sent and counted, ingestion verdicts, groups trained from peers, and the
 node's counters (frames read, throttled reads, drops by reason).
-Last line: the round-time ratio (goal <= 1.10), ingest share, RSS, messages a
-second, groups accepted and trained from peers and tokens trained on each side.
+Last line: the round-time ratio over all cycles (goal <= 1.10; the mean of every
+scale round against the mean of every calm round) with a 95% bootstrap interval
+(rounds resampled within each side), the median ratio, each cycle's ratio, the ratio
+of generation seconds per generated token (what the node's own sampling cost, apart
+from how long its completions happened to be), ingest share, RSS, messages a second,
+groups accepted and trained from peers and tokens trained on each side.
 
     .venv/bin/python scripts/bench_scale.py --peers 200 --procs 4 --phase-s 90
 """
@@ -88,8 +95,10 @@ def run_forwarder(target: str, proc: int, identities: int, period: float, groups
 
     from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, QuietGossipSub
     from swarmnode.p2p.yamux_window import install as half_window_credit
+    from swarmnode.p2p.yamux_write import install as whole_writes
 
     half_window_credit()  # yamux credit as a swarmnode peer returns it
+    whole_writes()  # and its writes whole (a stock py-libp2p host can splice them)
     info = info_from_p2p_addr(Multiaddr(target))
     pool = flood_pool(100 + proc, 2000)
     keys = [create_new_key_pair() for _ in range(identities)]
@@ -186,7 +195,9 @@ def start_forwarder(addr: str, proc: int, args: argparse.Namespace) -> subproces
     return child
 
 
-async def phase(victim: Victim, name: str, addr: str, args: argparse.Namespace) -> dict[str, Any]:
+async def phase(
+    victim: Victim, name: str, addr: str, args: argparse.Namespace, label: str
+) -> dict[str, Any]:
     children = []
     if name != "calm":
         children = [start_forwarder(addr, p, args) for p in range(args.procs)]
@@ -202,7 +213,7 @@ async def phase(victim: Victim, name: str, addr: str, args: argparse.Namespace) 
         rss.append(victim.rounds()[-1].rss_mb or 0.0)
     st1, t1, cpu1 = victim.status(), time.monotonic(), victim.cpu_s()
     recs = [before[-1], *victim.rounds()[len(before) :]]
-    out: dict[str, Any] = {"sent": 0, "cpu_s": 0.0}
+    out: dict[str, Any] = {"sent": 0, "failed": 0, "cpu_s": 0.0}
     for child in children:
         child.send_signal(signal.SIGINT)
         try:
@@ -214,12 +225,16 @@ async def phase(victim: Victim, name: str, addr: str, args: argparse.Namespace) 
         if lines:
             fig = json.loads(lines[-1])
             out["sent"] += fig["sent"]
+            out["failed"] += fig["failed"]
             out["cpu_s"] += fig["cpu_s"]
         else:
             out["figures_lost"] = True
     times = [b.time - a.time for a, b in itertools.pairwise(recs)]
     later = recs[1:]
     out.update(
+        durations=[round(t, 3) for t in times],
+        gen_s=round(sum(r.gen_seconds for r in later), 2),
+        tokens_generated=sum(r.tokens_generated for r in later),
         round_s=round((recs[-1].time - recs[0].time) / max(1, len(times)), 3),
         round_s_median=round(statistics.median(times), 3) if times else None,
         rounds=len(times),
@@ -238,26 +253,65 @@ async def phase(victim: Victim, name: str, addr: str, args: argparse.Namespace) 
         peers=st1["swarm"].get("num_peers"),
         counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
     )
-    print(name, json.dumps(out), flush=True)
+    print(label, json.dumps(out), flush=True)
     return out
 
 
+def pooled(res: dict[str, dict[str, Any]], kind: str) -> dict[str, Any]:
+    """Every phase of one kind (calm or scale) taken together."""
+    phases = [v for k, v in res.items() if k.startswith(kind)]
+    keys = ("sent", "cpu_s", "counted", "seconds", "ingest_accepted", "external_trained")
+    out: dict[str, Any] = {k: sum(p[k] for p in phases) for k in keys}
+    out.update({k: sum(p[k] for p in phases) for k in ("groups_trained", "tokens_trained")})
+    out["durations"] = [t for p in phases for t in p["durations"]]
+    out["cpu_s_per_round"] = sum(p["cpu_s_per_round"] * p["rounds"] for p in phases) / max(
+        1, len(out["durations"])
+    )
+    out["s_per_token"] = sum(p["gen_s"] for p in phases) / max(
+        1, sum(p["tokens_generated"] for p in phases)
+    )
+    out["ingest_time_share_max"] = max((p["ingest_time_share_max"] or 0.0) for p in phases)
+    out["rss_mb_max"] = max((p["rss_mb_max"] or 0.0) for p in phases)
+    out["msgs_per_s"] = round(out["counted"] / max(1e-9, out["seconds"]), 1)
+    return out
+
+
+def ratio_interval(calm: list[float], scale: list[float], n: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of mean(scale) / mean(calm), rounds resampled per side."""
+    rng = random.Random(0)
+    draws = sorted(
+        statistics.fmean(rng.choices(scale, k=len(scale)))
+        / statistics.fmean(rng.choices(calm, k=len(calm)))
+        for _ in range(n)
+    )
+    return draws[int(0.025 * n)], draws[int(0.975 * n) - 1]
+
+
 def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[int]) -> str:
-    calm, scale = res["calm"], res["scale"]
+    calm, scale = pooled(res, "calm"), pooled(res, "scale")
+    c, s = calm["durations"], scale["durations"]
+    lo, hi = ratio_interval(c, s)
+    per_cycle = [
+        res[f"scale{i}"]["round_s"] / res[f"calm{i}"]["round_s"] for i in range(args.cycles)
+    ]
     return (
         f"victim_cpus {','.join(map(str, sorted(cpus)))} cpu_bf16 {int(cpu_has_bf16())}"
         f" verify {args.verify} peers {args.peers} procs {args.procs} period_s {args.period}"
-        f" ratio {scale['round_s'] / calm['round_s']:.2f}"
-        f" (median {scale['round_s_median'] / calm['round_s_median']:.2f})"
+        f" cycles {args.cycles} phase_s {args.phase_s}"
+        f" ratio {statistics.fmean(s) / statistics.fmean(c):.3f} [{lo:.3f}, {hi:.3f}]"
+        f" (median {statistics.median(s) / statistics.median(c):.3f})"
+        f" per_cycle {','.join(f'{r:.2f}' for r in per_cycle)}"
+        f" gen_s_per_token_ratio {scale['s_per_token'] / calm['s_per_token']:.3f}"
         f" node_cpu_per_round_ratio {scale['cpu_s_per_round'] / calm['cpu_s_per_round']:.2f}"
-        f" calm_round_s {calm['round_s']} scale_round_s {scale['round_s']}"
+        f" rounds calm {len(c)} scale {len(s)}"
+        f" calm_round_s {statistics.fmean(c):.2f} scale_round_s {statistics.fmean(s):.2f}"
         f" msgs_per_s {scale['msgs_per_s']} sent {scale['sent']} counted {scale['counted']}"
         f" ingest_share_max {scale['ingest_time_share_max']}"
         f" rss_mb calm {calm['rss_mb_max']} scale {scale['rss_mb_max']}"
         f" accepted {scale['ingest_accepted']} external_trained {scale['external_trained']}"
         f" trained calm {calm['groups_trained']}g/{calm['tokens_trained']}t"
         f" scale {scale['groups_trained']}g/{scale['tokens_trained']}t"
-        f" forwarders_cpu_s {scale['cpu_s']}"
+        f" forwarders_cpu_s {scale['cpu_s']:.1f}"
     )
 
 
@@ -277,15 +331,17 @@ async def amain(args: argparse.Namespace) -> int:
         await victim.wait_rounds(args.warmup, 1800)
         while not ids:
             await asyncio.sleep(0.1)
-        for name in ("calm", "scale"):
-            res[name] = await phase(victim, name, addr, args)
+        for i in range(args.cycles):
+            for name in ("calm", "scale"):
+                res[f"{name}{i}"] = await phase(victim, name, addr, args, f"{name}{i}")
     finally:
         await shut_down(victim, FORWARDERS, stop, honest_task)
     print(f"node data and log: {tmp}" if args.keep else "", flush=True)
     print(summary(res, args, cpus or set()), flush=True)
     if not args.keep:
         shutil.rmtree(tmp, ignore_errors=True)
-    return 0 if res["scale"]["counted"] > 0 and res["scale"]["external_trained"] > 0 else 1
+    scale = pooled(res, "scale")
+    return 0 if scale["counted"] > 0 and scale["external_trained"] > 0 else 1
 
 
 def main() -> None:
@@ -295,6 +351,7 @@ def main() -> None:
     ap.add_argument("--period", type=float, default=10.0, help="seconds between one peer's batches")
     ap.add_argument("--groups", type=int, default=4, help="groups in one peer's batch")
     ap.add_argument("--phase-s", type=float, default=90.0)
+    ap.add_argument("--cycles", type=int, default=1, help="calm/scale pairs, in turn")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")

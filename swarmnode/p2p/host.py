@@ -27,7 +27,8 @@ Invariants:
   until ``target_peers``; relayed dials), so the mesh survives a bootstrap node
   going away.
 - py-libp2p's yamux returns receive credit in half-window steps, as go-yamux does
-  (``yamux_window``, installed at import).
+  (``yamux_window``), and one write's frames never interleave with another's
+  (``yamux_write``); both installed at import.
 """
 
 from __future__ import annotations
@@ -69,10 +70,12 @@ from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
 from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, Batch, WireError, decode_batch
 from swarmnode.p2p.yamux_window import install as half_window_credit
+from swarmnode.p2p.yamux_write import install as whole_writes
 from swarmnode.ratelimit import PeerBuckets, quiet_network_logs
 
 log = logging.getLogger("swarmnode.p2p")
 half_window_credit()  # yamux credit in half-window steps, as go-yamux (yamux_window)
+whole_writes()  # one write's frames contiguous on the stream, as go-yamux (yamux_write)
 # py-libp2p's DHT server warns "Failed to read DHT message" every time a client
 # closes its query stream (a normal end); keep its real errors, drop that noise.
 logging.getLogger("libp2p.kad_dht.kad_dht").setLevel(logging.ERROR)

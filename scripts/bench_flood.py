@@ -29,13 +29,17 @@ accepted (the honest peer's ``accepted`` verdicts) and trained on
 (msgs_in, dropped.* and rejected.* by reason, peers_graylisted), ingestion verdicts,
 the flooders' score verdicts and seconds to graylist each, the ingest time share and
 the victim's log growth per minute (its stderr, default log level).
-Last line, per phase: round-time ratio to calm (mean; median), honest groups
-accepted/trained, groups/tokens the victim trained, flood sent and counted, flooders
-graylisted and seconds to it, ingest time share, log bytes per minute. Goal: ratios
-<= 1.10. Exit status 1 if a flood phase was not valid. ``--pin`` puts the victim alone
-on the first CPU and everything else on the others (its first field, ``victim_cpus``,
-is the victim's affinity as read from the running process), so that on a small
-machine the attackers' own CPU does not count against the victim.
+``--cycles N`` runs the four phases N times in turn, so that the machine's drift and
+the model's own (its completions, and its rounds with them, change as it trains)
+fall on every phase alike; figures are then pooled per kind of phase. Last line, per
+phase: round-time ratio to calm (mean, with a 95% bootstrap interval over rounds;
+median; each cycle's), honest groups accepted/trained, groups/tokens the victim
+trained, flood sent and counted, flooders graylisted and seconds to it, ingest time
+share, log bytes per minute. Goal: ratios <= 1.10. Exit status 1 if a flood phase
+was not valid. ``--pin`` puts the victim alone on the first CPU and everything else
+on the others (its first field, ``victim_cpus``, is the victim's affinity as read
+from the running process), so that on a small machine the attackers' own CPU does
+not count against the victim.
 
     nice -n 10 .venv/bin/python scripts/bench_flood.py --phase-s 60
 """
@@ -480,6 +484,7 @@ async def phase(
     honest_v1 = st1["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {})
     flood_counted = counted_in(st1) - counted_in(st0) - (honest_published[0] - pub0)
     out.update(
+        durations=[round(t, 3) for t in times],
         round_s=round((recs[-1].time - recs[0].time) / max(1, len(times)), 3),
         cpu_s_per_round=round((cpu1 - cpu0) / max(1, len(times)), 4),
         round_s_median=round(statistics.median(times), 3) if times else None,
@@ -500,31 +505,65 @@ async def phase(
     return out
 
 
+def ratio_interval(calm: list[float], other: list[float], n: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of mean(other) / mean(calm), rounds resampled per side."""
+    rng = random.Random(0)
+    draws = sorted(
+        statistics.fmean(rng.choices(other, k=len(other)))
+        / statistics.fmean(rng.choices(calm, k=len(calm)))
+        for _ in range(n)
+    )
+    return draws[int(0.025 * n)], draws[int(0.975 * n) - 1]
+
+
 def summary(res: dict[str, dict[str, Any]]) -> str:
-    """The last line: every phase's figures, ratios against calm first."""
-    calm = res["calm"]["round_s"]
-    calm_cpu = res["calm"]["cpu_s_per_round"]
-    parts = [f"calm_round_s {calm:.3f} calm_cpu_s_per_round {calm_cpu:.4f}"]
-    for name, r in res.items():
+    """The last line: every phase kind's figures, pooled over the cycles (``calm0``,
+    ``calm1``, ... together), ratios against calm first."""
+    kinds: dict[str, list[dict[str, Any]]] = {}
+    for key, r in res.items():
+        kinds.setdefault(key.rstrip("0123456789"), []).append(r)
+
+    def pooled(rs: list[dict[str, Any]], field: str) -> int:
+        return sum(r[field] for r in rs)
+
+    def durations(rs: list[dict[str, Any]]) -> list[float]:
+        return [t for r in rs for t in r["durations"]] or [float("nan")]
+
+    def cpu_per_round(rs: list[dict[str, Any]]) -> float:
+        return sum(r["cpu_s_per_round"] * r["rounds"] for r in rs) / max(1, pooled(rs, "rounds"))
+
+    calm_rs = kinds["calm"]
+    calm, calm_cpu = statistics.fmean(durations(calm_rs)), cpu_per_round(calm_rs)
+    calm_median = statistics.median(durations(calm_rs))
+    parts = [
+        f"cycles {len(calm_rs)} calm_round_s {calm:.3f} calm_cpu_s_per_round {calm_cpu:.4f}"
+        f" calm rounds {pooled(calm_rs, 'rounds')}"
+        f" honest {pooled(calm_rs, 'honest_accepted')}/{pooled(calm_rs, 'honest_trained')}"
+        f" trained {pooled(calm_rs, 'groups_trained')}g/{pooled(calm_rs, 'tokens_trained')}t"
+        f" log_B_per_min {max(r['log_bytes_per_min'] for r in calm_rs)}"
+    ]
+    for name, rs in kinds.items():
         if name == "calm":
-            parts.append(
-                f"calm honest {r['honest_accepted']}/{r['honest_trained']}"
-                f" trained {r['groups_trained']}g/{r['tokens_trained']}t"
-                f" log_B_per_min {r['log_bytes_per_min']}"
-            )
             continue
-        gray = sum(1 for s in r["s_to_graylist"] if s is not None)
+        d = durations(rs)
+        lo, hi = ratio_interval(durations(calm_rs), d)
+        per_cycle = ",".join(
+            f"{r['round_s'] / c['round_s']:.2f}" for r, c in zip(rs, calm_rs, strict=False)
+        )
+        gray = [s for r in rs for s in r["s_to_graylist"]]
         parts.append(
-            f"{name}{'' if r['valid'] else ' INVALID'} ratio {r['round_s'] / calm:.2f}"
-            f" (median {r['round_s_median'] / calm:.2f})"
-            f" node_cpu_per_round_ratio {r['cpu_s_per_round'] / calm_cpu:.2f}"
-            f" flooder_cpu_s {r.get('cpu_s')}"
-            f" honest {r['honest_accepted']}/{r['honest_trained']}"
-            f" trained {r['groups_trained']}g/{r['tokens_trained']}t"
-            f" sent {r['sent']} counted {r['flood_counted']}"
-            f" graylisted {gray}/{len(r['s_to_graylist'])} at_s {r['s_to_graylist']}"
-            f" ingest_share {r['ingest_time_share_max']}"
-            f" log_B_per_min {r['log_bytes_per_min']}"
+            f"{name}{'' if all(r['valid'] for r in rs) else ' INVALID'}"
+            f" ratio {statistics.fmean(d) / calm:.2f} [{lo:.2f}, {hi:.2f}]"
+            f" (median {statistics.median(d) / calm_median:.2f}) per_cycle {per_cycle}"
+            f" node_cpu_per_round_ratio {cpu_per_round(rs) / calm_cpu:.2f}"
+            f" rounds {pooled(rs, 'rounds')}"
+            f" flooder_cpu_s {sum(r.get('cpu_s') or 0.0 for r in rs):.1f}"
+            f" honest {pooled(rs, 'honest_accepted')}/{pooled(rs, 'honest_trained')}"
+            f" trained {pooled(rs, 'groups_trained')}g/{pooled(rs, 'tokens_trained')}t"
+            f" sent {pooled(rs, 'sent')} counted {pooled(rs, 'flood_counted')}"
+            f" graylisted {sum(1 for s in gray if s is not None)}/{len(gray)} at_s {gray}"
+            f" ingest_share {max(r['ingest_time_share_max'] or 0.0 for r in rs)}"
+            f" log_B_per_min {max(r['log_bytes_per_min'] for r in rs)}"
         )
     return "; ".join(parts)
 
@@ -532,7 +571,7 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
     cpus = pin_cpus(args.pin)
-    victim = start_node(tmp, "victim", args.external, args.questions, args.model, cpus)
+    victim = start_node(tmp, "victim", args.external, args.questions, args.model, cpus, args.verify)
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
     res: dict[str, dict[str, Any]] = {}
@@ -545,11 +584,11 @@ async def amain(args: argparse.Namespace) -> int:
         await victim.wait_rounds(args.warmup, 1800)
         while not ids:
             await asyncio.sleep(0.1)
-        for name, n, rate, groups in PHASES:
+        for i, (name, n, rate, groups) in itertools.product(range(args.cycles), PHASES):
             if rate < 0:
                 rate, groups = args.under_rate, args.under_groups
-            flood = (n, rate, groups)
-            res[name] = await phase(victim, name, flood, args.phase_s, addr, ids[0], published)
+            flood, key = (n, rate, groups), f"{name}{i}"
+            res[key] = await phase(victim, key, flood, args.phase_s, addr, ids[0], published)
     finally:
         await shut_down(victim, FLOODERS, stop, honest_task)
     print(f"victim data and log: {tmp}" if args.keep else "", flush=True)
@@ -566,12 +605,19 @@ async def amain(args: argparse.Namespace) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--phase-s", type=float, default=60.0, help="seconds each phase lasts")
+    ap.add_argument("--cycles", type=int, default=1, help="times the four phases run, in turn")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     ap.add_argument("--model", help=MODEL_HELP)
     ap.add_argument("--pin", action="store_true", help=PIN_HELP)
+    ap.add_argument(
+        "--verify",
+        default="on_arrival",
+        choices=["on_arrival", "when_drawn"],
+        help="the victim's sapo.verify (configs/public.yaml: when_drawn)",
+    )
     ap.add_argument("--flooder", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)
     ap.add_argument("--seconds", type=float, default=3600, help=argparse.SUPPRESS)

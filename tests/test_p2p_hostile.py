@@ -282,3 +282,64 @@ def test_a_peer_message_is_verified_once(tmp_path: Path, monkeypatch: Any) -> No
     mine = [c for c in calls if ID(c[0]).to_base58() == honest_id[0]]
     # One check on the sender for its own publish (py-libp2p's), one on the node.
     assert len(mine) == 2, calls
+
+
+def paced_flooder(
+    target: str, frames: list[bytes], pause_s: float, done: Callable[[], bool]
+) -> None:
+    """One meshsub stream; a frame every ``pause_s``; then stay until ``done()``."""
+
+    async def main() -> None:
+        host = new_host(key_pair=ATTACKER, listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")])
+        info = info_from_p2p_addr(Multiaddr(target))
+        async with host.run(listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")]):
+            with trio.fail_after(TIMEOUT):
+                await host.connect(info)
+            try:
+                stream = await host.new_stream(info.peer_id, [GOSSIP_PROTOCOLS[1]])
+                for f in frames:
+                    await stream.write(bytes(encode_uvarint(len(f))) + f)
+                    await trio.sleep(pause_s)
+            except Exception:  # cut off: the point of the test
+                pass
+            with trio.move_on_after(TIMEOUT):
+                while not done():
+                    await trio.sleep(0.05)
+
+    trio.run(main)
+
+
+def test_a_flood_of_valid_messages_gets_its_sender_graylisted(tmp_path: Path) -> None:
+    """Well-formed, correctly signed messages, one identity, far over the per-originator
+    rate but under the per-forwarder one. Once gossipsub's own score (P4, from the
+    refused excess) drops the flooder's messages at the gate, those drops must keep
+    costing it: the flooder is graylisted and disconnected."""
+    frames = [frame(*(message(payload(1000 + 90 * i + j)) for j in range(90))) for i in range(8)]
+
+    async def main() -> None:
+        node = GossipTransport(swarm_cfg(), tmp_path / "node")
+        await node.start()
+        addr = node.info.listen_addrs[0]  # type: ignore[union-attr]
+        finished = threading.Event()
+        attacker = threading.Thread(
+            target=paced_flooder, args=(addr, frames, 1.0, finished.is_set), daemon=True
+        )
+        try:
+            attacker.start()
+            me = ATTACKER_ID.to_base58()
+            await wait_for(lambda: me in node.stats()["graylisted"], "flooder graylisted")
+            await wait_for(
+                lambda: me not in node.stats()["connected_peers"], "flooder disconnected"
+            )
+            c = node.stats()["counters"]
+            assert c.get("dropped.origin_msg_rate", 0) > 0 and c.get("dropped.score_gate", 0) > 0
+            assert c.get("dropped.forwarder_rate", 0) == 0  # the gate did it, not this
+            # every message read is accounted for: delivered, or dropped and counted
+            dropped = sum(v for k, v in c.items() if k.startswith("dropped."))
+            assert c["msgs_read"] == c.get("msgs_in", 0) + dropped
+        finally:
+            finished.set()
+            attacker.join(TIMEOUT)
+            await node.stop()
+
+    run(main())

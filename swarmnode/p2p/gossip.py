@@ -295,7 +295,9 @@ class HardenedPubsub(Pubsub):
         the signature, then py-libp2p's path. Our own messages skip the checks."""
         try:
             if msg_forwarder != self.my_id and not (
-                (gated or self._gate(msg_forwarder, msg)) and self._signed(msg_forwarder, msg)
+                (gated or self._gate(msg_forwarder, msg))
+                and (not gated or self._score_gate(msg_forwarder, msg))
+                and self._signed(msg_forwarder, msg)
             ):
                 return
             if self._inbound.get(msg_forwarder, (0, False))[1] and not self._is_msg_seen(msg):
@@ -322,11 +324,20 @@ class HardenedPubsub(Pubsub):
             self._counters.add("dropped.forwarder_rate")
             self.scores.report(fwd, "rate_limited")
             return False
-        # gossipsub's own score (P4 invalid messages, P6 ours...) under its publish
-        # threshold: py-libp2p would drop the message silently after the signature.
+        return self._score_gate(forwarder, msg)
+
+    def _score_gate(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """Gossipsub's own score (P4 invalid messages, P6 ours...) under its publish
+        threshold: py-libp2p would drop the message silently (its ``push_msg`` checks
+        again, so this runs in the read loop and again in the message's task, where
+        the score may have fallen meanwhile). A peer still sending past it is flooding
+        (P4 grows from our refusals of its excess): each drop costs it as a
+        rate-limited one would, or its valid groups' credit would hold it above the
+        graylist while the gate shielded it."""
         scorer = getattr(self.router, "scorer", None)
         if scorer is not None and not scorer.allow_publish(forwarder, list(msg.topicIDs)):
             self._counters.add("dropped.score_gate")
+            self.scores.report(forwarder.to_base58(), "rate_limited")
             return False
         return True
 

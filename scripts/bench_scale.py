@@ -7,9 +7,11 @@ honest identities (Ed25519) spread over ``--procs`` forwarder processes: each
 process is one raw py-libp2p gossipsub host meshed with the node, and each identity
 in it publishes a realistic batch (``--groups`` catalog groups of G = 8 with true
 reward claims, msgpack built here, signed by that identity) every ``--period``
-seconds with a random phase, relayed by its process's host as a mesh peer relays
-other peers' messages. So the node sees what a node of a swarm of N sees: N
-originators, a few forwarders, N / period messages a second. (In a real mesh up to D
+seconds with a random phase (or, with ``--target-msgs-per-s``, that share of its
+rounds, as swarmnode's ``swarm.target_msgs_per_s`` makes a node do), relayed by its
+process's host as a mesh peer relays other peers' messages. So the node sees what a
+node of a swarm of N sees: N originators, a few forwarders, N / period messages a
+second (times the share). (In a real mesh up to D
 copies of each message arrive, one per mesh peer; all but the first stop at the seen
 check, the cheapest gate. They are not simulated.)
 
@@ -80,7 +82,9 @@ FORWARDERS: list[subprocess.Popen[bytes]] = []
 # ---- a forwarder process: one host relaying the batches of many identities ---------
 
 
-def run_forwarder(target: str, proc: int, identities: int, period: float, groups: int) -> None:
+def run_forwarder(
+    target: str, proc: int, identities: int, period: float, groups: int, share: float = 1.0
+) -> None:
     import msgpack
     import trio
     from libp2p import new_host
@@ -103,7 +107,7 @@ def run_forwarder(target: str, proc: int, identities: int, period: float, groups
     pool = flood_pool(100 + proc, 2000)
     keys = [create_new_key_pair() for _ in range(identities)]
     ids = [ID.from_pubkey(k.public_key).to_bytes() for k in keys]
-    figures = {"sent": 0, "failed": 0, "bytes": 0}
+    figures = {"sent": 0, "failed": 0, "bytes": 0, "skipped": 0}
     seqno = time.time_ns()
 
     def message(k: int, i: int) -> rpc_pb2.Message:
@@ -159,6 +163,11 @@ def run_forwarder(target: str, proc: int, identities: int, period: float, groups
             while True:
                 at, k = due.pop(0)
                 await trio.sleep(max(0.0, at - time.monotonic()))
+                due.append((at + period * rng.uniform(0.9, 1.1), k))
+                due.sort()
+                if rng.random() >= share:  # this round not published (publish_rate)
+                    figures["skipped"] += 1
+                    continue
                 msg = message(k, next(count))
                 try:  # relayed as a mesh peer relays: from_id and signature are k's
                     await ps.push_msg(host.get_id(), msg)
@@ -166,8 +175,6 @@ def run_forwarder(target: str, proc: int, identities: int, period: float, groups
                     figures["bytes"] += len(msg.data)
                 except Exception:  # counted; an honest peer keeps going
                     figures["failed"] += 1
-                due.append((at + period * rng.uniform(0.9, 1.1), k))
-                due.sort()
 
     try:
         trio.run(main)
@@ -180,10 +187,21 @@ def run_forwarder(target: str, proc: int, identities: int, period: float, groups
 # ---- the measuring side -------------------------------------------------------------
 
 
+def publish_share(args: argparse.Namespace) -> float:
+    """The share of rounds each peer publishes: with ``swarm.target_msgs_per_s`` set,
+    every node's ``PublishRate`` settles where the swarm's total rate is the target
+    (tests/test_publish_rate.py: 19.9 heard at 200 peers for a target of 20), i.e.
+    p = target * period / peers; without it, every round."""
+    if args.target_msgs_per_s is None:
+        return 1.0
+    return min(1.0, args.target_msgs_per_s * args.period / args.peers)
+
+
 def start_forwarder(addr: str, proc: int, args: argparse.Namespace) -> subprocess.Popen[bytes]:
     k = args.peers // args.procs + (1 if proc < args.peers % args.procs else 0)
     argv = [sys.executable, __file__, "--forwarder", addr, "--proc", str(proc)]
     argv += ["--identities", str(k), "--period", str(args.period), "--groups", str(args.groups)]
+    argv += ["--share", str(publish_share(args))]
     child = subprocess.Popen(
         argv,
         cwd=REPO,
@@ -213,7 +231,7 @@ async def phase(
         rss.append(victim.rounds()[-1].rss_mb or 0.0)
     st1, t1, cpu1 = victim.status(), time.monotonic(), victim.cpu_s()
     recs = [before[-1], *victim.rounds()[len(before) :]]
-    out: dict[str, Any] = {"sent": 0, "failed": 0, "cpu_s": 0.0}
+    out: dict[str, Any] = {"sent": 0, "failed": 0, "skipped": 0, "cpu_s": 0.0}
     for child in children:
         child.send_signal(signal.SIGINT)
         try:
@@ -226,6 +244,7 @@ async def phase(
             fig = json.loads(lines[-1])
             out["sent"] += fig["sent"]
             out["failed"] += fig["failed"]
+            out["skipped"] += fig.get("skipped", 0)
             out["cpu_s"] += fig["cpu_s"]
         else:
             out["figures_lost"] = True
@@ -297,7 +316,7 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[
     return (
         f"victim_cpus {','.join(map(str, sorted(cpus)))} cpu_bf16 {int(cpu_has_bf16())}"
         f" verify {args.verify} peers {args.peers} procs {args.procs} period_s {args.period}"
-        f" cycles {args.cycles} phase_s {args.phase_s}"
+        f" cycles {args.cycles} phase_s {args.phase_s} publish_share {publish_share(args):.3f}"
         f" ratio {statistics.fmean(s) / statistics.fmean(c):.3f} [{lo:.3f}, {hi:.3f}]"
         f" (median {statistics.median(s) / statistics.median(c):.3f})"
         f" per_cycle {','.join(f'{r:.2f}' for r in per_cycle)}"
@@ -352,6 +371,12 @@ def main() -> None:
     ap.add_argument("--groups", type=int, default=4, help="groups in one peer's batch")
     ap.add_argument("--phase-s", type=float, default=90.0)
     ap.add_argument("--cycles", type=int, default=1, help="calm/scale pairs, in turn")
+    ap.add_argument(
+        "--target-msgs-per-s",
+        type=float,
+        help="the peers' swarm.target_msgs_per_s: each publishes a round with the "
+        "probability its publish_rate settles at (default: every round)",
+    )
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
@@ -367,9 +392,12 @@ def main() -> None:
     ap.add_argument("--forwarder", metavar="ADDR", help=argparse.SUPPRESS)
     ap.add_argument("--proc", type=int, default=0, help=argparse.SUPPRESS)
     ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--share", type=float, default=1.0, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.forwarder:
-        run_forwarder(args.forwarder, args.proc, args.identities, args.period, args.groups)
+        run_forwarder(
+            args.forwarder, args.proc, args.identities, args.period, args.groups, args.share
+        )
         return
     sys.exit(asyncio.run(amain(args)))
 

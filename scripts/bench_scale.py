@@ -70,6 +70,7 @@ from bench_flood import (  # noqa: E402
     flood_pool,
     honest_peer,
     pin_cpus,
+    ratio_interval,
     shut_down,
     start_node,
 )
@@ -293,17 +294,6 @@ def pooled(res: dict[str, dict[str, Any]], kind: str) -> dict[str, Any]:
     out["rss_mb_max"] = max((p["rss_mb_max"] or 0.0) for p in phases)
     out["msgs_per_s"] = round(out["counted"] / max(1e-9, out["seconds"]), 1)
     return out
-
-
-def ratio_interval(calm: list[float], scale: list[float], n: int = 2000) -> tuple[float, float]:
-    """95% bootstrap interval of mean(scale) / mean(calm), rounds resampled per side."""
-    rng = random.Random(0)
-    draws = sorted(
-        statistics.fmean(rng.choices(scale, k=len(scale)))
-        / statistics.fmean(rng.choices(calm, k=len(calm)))
-        for _ in range(n)
-    )
-    return draws[int(0.025 * n)], draws[int(0.975 * n) - 1]
 
 
 def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[int]) -> str:

@@ -82,6 +82,9 @@ sys.path.insert(0, str(REPO / "scripts"))
 from bench_swarm import TASKS, node_cfg, peer_batch  # noqa: E402
 
 TOPIC = topic_for("default")
+# The victim's sapo.freshness_s: a phase's flood groups expire before the next phase
+# (``Victim.settle``), not to take the next phase's slots; honest groups wait a round.
+FRESHNESS_S = 60.0
 FLOODERS: list[subprocess.Popen[bytes]] = []  # killed on the way out, whatever happens
 PHASES = (  # name, identities, messages/s per identity (0: as fast as it can), groups each
     ("calm", 0, 0.0, 1),
@@ -94,9 +97,10 @@ PHASES = (  # name, identities, messages/s per identity (0: as fast as it can), 
 # ---- the flooder process -----------------------------------------------------------
 
 
-def flood_pool(k: int, size: int) -> list[dict[str, Any]]:
-    """``size`` well-formed catalog groups (G = 8) with true reward claims, identity k."""
-    mix = TaskMix(parse_config({"tasks": {**TASKS, "seed": 5000 + k}}).tasks)
+def flood_pool(seed: int, k: int, size: int) -> list[dict[str, Any]]:
+    """``size`` well-formed catalog groups (G = 8) with true reward claims, identity k
+    (items from the task seed ``seed + k``: a new phase's flood is new to the victim)."""
+    mix = TaskMix(parse_config({"tasks": {**TASKS, "seed": seed + k}}).tasks)
     score, rng = make_scorer(0.0), random.Random(k)
     pool: list[dict[str, Any]] = []
     for r in itertools.count(1):
@@ -131,7 +135,9 @@ def flood_payload(pool: list[dict[str, Any]], i: int, groups: int) -> bytes:
     return bytes(msgpack.packb(obj, use_bin_type=True))
 
 
-def run_flooder(target: str, identities: int, seconds: float, rate: float, groups: int) -> None:
+def run_flooder(
+    target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
+) -> None:
     """Raw py-libp2p hosts: mesh with the victim, then publish (``rate`` messages a
     second each; 0: as fast as they can). Prints {"ready": [peer ids]} once every host
     has the victim in its mesh, and the figures ({"sent": n, ...}) at the end."""
@@ -148,7 +154,7 @@ def run_flooder(target: str, identities: int, seconds: float, rate: float, group
     from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS
 
     info = info_from_p2p_addr(Multiaddr(target))
-    pools = [flood_pool(k, 1500) for k in range(identities)]
+    pools = [flood_pool(seed, k, 1500) for k in range(identities)]
     published, sent, queue_dropped = [0] * identities, [0] * identities, [0] * identities
     failed, redials = [0] * identities, [0] * identities
     ready: list[str] = []
@@ -347,6 +353,15 @@ class Victim:
             except (ControlError, IndexError, KeyError, TypeError):
                 await asyncio.sleep(0.5)
 
+    async def settle(self, honest: str, timeout: float) -> None:
+        """Until no group but the honest peer's is queued (the flood's expire after
+        ``FRESHNESS_S``), so that the next phase starts clean; unmeasured."""
+        deadline = time.monotonic() + timeout
+        while set(self.status()["node"]["ingest"]["per_peer"]) - {honest}:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"victim: flood groups still queued after {timeout:.0f}s")
+            await asyncio.sleep(1.0)
+
     async def wait_rounds(self, n: int, timeout: float) -> list[RoundRecord]:
         deadline = time.monotonic() + timeout
         while len(recs := self.rounds()) < n:
@@ -400,6 +415,7 @@ def start_node(
         model = str(make_tiny_model(tmp / "tiny", "llama"))
     cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
     cfg["sapo"]["verify"] = verify
+    cfg["sapo"]["freshness_s"] = FRESHNESS_S
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     log = tmp / f"{name}.log"
     proc = subprocess.Popen(
@@ -413,9 +429,11 @@ def start_node(
     return Victim(proc, tmp / name, log)
 
 
-def start_flooder(addr: str, identities: int, rate: float, groups: int) -> subprocess.Popen[bytes]:
+def start_flooder(
+    addr: str, identities: int, rate: float, groups: int, seed: int
+) -> subprocess.Popen[bytes]:
     argv = [sys.executable, __file__, "--flooder", addr, "--identities", str(identities)]
-    argv += ["--flood-rate", str(rate), "--flood-groups", str(groups)]
+    argv += ["--flood-rate", str(rate), "--flood-groups", str(groups), "--flood-seed", str(seed)]
     flooder = subprocess.Popen(
         argv,
         cwd=REPO,
@@ -439,11 +457,12 @@ async def phase(
     addr: str,
     honest: str,
     honest_published: list[int],
+    seed: int,
 ) -> dict[str, Any]:
     identities, rate, groups = flood
     flooder, flood_ids = None, []
     if identities:
-        flooder = start_flooder(addr, identities, rate, groups)
+        flooder = start_flooder(addr, identities, rate, groups, seed)
         assert flooder.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
@@ -500,8 +519,11 @@ async def phase(
         ingest_rejected=deltas(recs[-1].ingest_rejected, recs[0].ingest_rejected),
         log_bytes_per_min=round((log1 - log0) * 60 / (t1 - t0)),
         counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
+        reading=st1["swarm"].get("reading", {}),  # the libp2p thread's share, at the end
     )
     print(name, json.dumps(out), flush=True)
+    if identities:
+        await victim.settle(honest, FRESHNESS_S + 60)
     return out
 
 
@@ -563,6 +585,8 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
             f" sent {pooled(rs, 'sent')} counted {pooled(rs, 'flood_counted')}"
             f" graylisted {sum(1 for s in gray if s is not None)}/{len(gray)} at_s {gray}"
             f" ingest_share {max(r['ingest_time_share_max'] or 0.0 for r in rs)}"
+            f" net_share_at_end {[r.get('reading', {}).get('net_share') for r in rs]}"
+            f" throttled_net {sum(r['counters'].get('throttled.net_share', 0) for r in rs)}"
             f" log_B_per_min {max(r['log_bytes_per_min'] for r in rs)}"
         )
     return "; ".join(parts)
@@ -584,11 +608,13 @@ async def amain(args: argparse.Namespace) -> int:
         await victim.wait_rounds(args.warmup, 1800)
         while not ids:
             await asyncio.sleep(0.1)
-        for i, (name, n, rate, groups) in itertools.product(range(args.cycles), PHASES):
+        phases = [ph for ph in PHASES if ph[0] in args.phases.split(",")]
+        for i, (name, n, rate, groups) in itertools.product(range(args.cycles), phases):
             if rate < 0:
                 rate, groups = args.under_rate, args.under_groups
             flood, key = (n, rate, groups), f"{name}{i}"
-            res[key] = await phase(victim, key, flood, args.phase_s, addr, ids[0], published)
+            seed = 5000 + 100 * len(res)  # each phase's flood items new to the victim
+            res[key] = await phase(victim, key, flood, args.phase_s, addr, ids[0], published, seed)
     finally:
         await shut_down(victim, FLOODERS, stop, honest_task)
     print(f"victim data and log: {tmp}" if args.keep else "", flush=True)
@@ -607,6 +633,12 @@ def main() -> None:
     ap.add_argument("--phase-s", type=float, default=60.0, help="seconds each phase lasts")
     ap.add_argument("--cycles", type=int, default=1, help="times the four phases run, in turn")
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument(
+        "--phases",
+        default=",".join(p[0] for p in PHASES),
+        help="the phases a cycle runs, comma-separated, in this order: calm,1peer,5sybil,"
+        "5sybil_under (default: all; the ratios need calm)",
+    )
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
@@ -623,13 +655,21 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=3600, help=argparse.SUPPRESS)
     ap.add_argument("--flood-rate", type=float, default=0.0, help=argparse.SUPPRESS)
     ap.add_argument("--flood-groups", type=int, default=1, help=argparse.SUPPRESS)
+    ap.add_argument("--flood-seed", type=int, default=5000, help=argparse.SUPPRESS)
     ap.add_argument(
         "--under-rate", type=float, default=4.0, help="5sybil_under: messages/s per identity"
     )
     ap.add_argument("--under-groups", type=int, default=6, help="5sybil_under: groups per message")
     args = ap.parse_args()
     if args.flooder:
-        run_flooder(args.flooder, args.identities, args.seconds, args.flood_rate, args.flood_groups)
+        run_flooder(
+            args.flooder,
+            args.identities,
+            args.seconds,
+            args.flood_rate,
+            args.flood_groups,
+            args.flood_seed,
+        )
         return
     sys.exit(asyncio.run(amain(args)))
 

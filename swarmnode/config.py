@@ -343,6 +343,15 @@ class SwarmConfig(_Section):
         "until the first valid message it handed us is this old: fresh identities (a "
         "Sybil flood) together get one peer's frames and bytes a second. 0 = each its own.",
     )
+    max_net_share: float | None = Field(
+        0.1,
+        gt=0,
+        le=1,
+        description="Share of a core the libp2p thread may spend (reading, relaying); past "
+        "it the peers that send most are read less (max-min fair), and one sending less "
+        "than its fair share is not held back: holds for any number of identities. "
+        "null = no cap.",
+    )
     forwarder_bytes_per_s: int = Field(
         1024 * 1024,
         ge=64 * 1024,

@@ -64,6 +64,7 @@ from swarmnode.metrics import (
 )
 from swarmnode.monitor import MonitorServer, start_monitor
 from swarmnode.monitor_view import RoundHistory, node_view
+from swarmnode.p2p.netshare import TRAINER_THREAD
 from swarmnode.rewards import make_scorer
 from swarmnode.sampler import SwarmSampler
 from swarmnode.tasks import SharedSchedule
@@ -153,7 +154,7 @@ class Node:
         self.sampler = SwarmSampler(cfg.sapo, queue, seed=cfg.train.seed)
         # All model work on one long-lived thread: torch keeps per-thread state, and
         # a new thread per call would grow one malloc arena each (RSS creep).
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix="swarmnode-trainer")
+        self._executor = ThreadPoolExecutor(1, thread_name_prefix=TRAINER_THREAD)
 
     async def _work(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the trainer thread without blocking the event loop."""

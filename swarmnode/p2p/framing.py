@@ -31,6 +31,10 @@ Invariants:
   with a Sybil flood; the pool caps fresh identities together at one peer's budget
   (each reservation queues behind the pool's debt, so newcomers share it about
   evenly). ``ratelimit.Tenure`` keeps the times, bounded.
+- With ``max_net_share``, every account (a tenured peer, or the newcomers' pool) is
+  also held to its fair share of the CPU the node may spend outside training: past
+  the cap the heaviest wait, light ones not (``netshare``), counted as
+  ``throttled.net_share``. A frame counts 1 plus its messages.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
 from libp2p.network.stream.exceptions import StreamEOF
 
 from swarmnode.p2p.bridge import Counters
+from swarmnode.p2p.netshare import NetShare
 from swarmnode.ratelimit import PeerBuckets, Tenure
 
 CHUNK = 64 * 1024
@@ -106,21 +111,28 @@ class ReadBudget:
         bytes_per_s: float,
         counters: Counters,
         newcomer_s: float = 0.0,
+        max_net_share: float | None = None,
     ) -> None:
         # trio's clock: the reader sleeps on it (and tests can mock it)
         self.frames = PeerBuckets(frames_per_s, 2 * frames_per_s, clock=trio.current_time)
         self.bytes = PeerBuckets(bytes_per_s, 2 * bytes_per_s, clock=trio.current_time)
         self.counters = counters
         self.tenure = Tenure(newcomer_s, clock=trio.current_time)
+        self.net = None if max_net_share is None else NetShare(max_net_share, trio.current_time)
 
-    async def pace(self, peer: str, frames: int, nbytes: int) -> None:
-        """Charge ``frames`` frames and ``nbytes`` bytes to ``peer``'s budget (or the
-        newcomers' pool); sleep off any debt."""
+    async def pace(self, peer: str, frames: int, nbytes: int, msgs: int = 0) -> None:
+        """Charge ``frames`` frames (carrying ``msgs`` messages) and ``nbytes`` bytes to
+        ``peer``'s budget (or the newcomers' pool); sleep off any debt."""
         peer = self.tenure.account(peer)
         wait = max(
             self.frames.reserve(peer, frames) if frames else 0.0,
             self.bytes.reserve(peer, nbytes) if nbytes else 0.0,
         )
+        if self.net is not None and frames + msgs:
+            net_wait = self.net.charge(peer, frames + msgs)
+            if net_wait > 0:
+                self.counters.add("throttled.net_share")
+                wait = max(wait, net_wait)
         if wait > 0:
             self.counters.add("throttled.reads")
             self.counters.add("throttled.ms", int(wait * 1000))

@@ -15,6 +15,8 @@ Invariants:
   in chunks and paced to ``forwarder_frames_per_s`` frames and
   ``forwarder_bytes_per_s`` bytes; past that it is not read at all until its debt
   is paid (flow control stops its writes), so a flood costs its sender, not us.
+  Past ``max_net_share`` of a core spent outside training, the peers sending most are
+  held to a fair share of it, whatever their number (``netshare``).
   A signed peer record is verified only when it changes (py-libp2p senders attach
   it to every frame).
 - Then cheap checks in the read loop, each counted (``msgs_read``, then
@@ -137,6 +139,7 @@ class HardenedPubsub(Pubsub):
         forwarder_frames_per_s: float = 50.0,
         forwarder_bytes_per_s: float = 1024 * 1024,
         newcomer_s: float = 0.0,
+        max_net_share: float | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -149,7 +152,7 @@ class HardenedPubsub(Pubsub):
         self.scores = scores or PeerScores()
         self._forwarders = PeerBuckets(forwarder_msgs_per_s, 2 * forwarder_msgs_per_s)
         self._reads = ReadBudget(
-            forwarder_frames_per_s, forwarder_bytes_per_s, counters, newcomer_s
+            forwarder_frames_per_s, forwarder_bytes_per_s, counters, newcomer_s, max_net_share
         )
         # peer -> the signed peer record it last sent that verified (py-libp2p senders
         # attach it to every RPC; verifying it each time was a third of a flood's cost)
@@ -157,6 +160,10 @@ class HardenedPubsub(Pubsub):
         self._deliver: dict[str, Deliver] = {}
         # peer -> (its current inbound stream, whether that stream rides a relay)
         self._inbound: dict[ID, tuple[Any, bool]] = {}
+
+    def reading(self) -> dict[str, Any]:
+        """The CPU share outside training, its cap, and the level heavy peers are held to."""
+        return self._reads.net.report() if self._reads.net is not None else {}
 
     def set_deliver(self, topic: str, deliver: Deliver) -> None:
         """Hand validated messages on ``topic`` to ``deliver`` (sync, must not block)."""
@@ -220,9 +227,9 @@ class HardenedPubsub(Pubsub):
             while self.manager.is_running:
                 frame = await reader.next(before_read)
                 self._counters.add("frames_in")
-                await self._reads.pace(key, 1, 0)
                 rpc = rpc_pb2.RPC()
                 rpc.ParseFromString(frame)
+                await self._reads.pace(key, 1, 0, len(rpc.publish))
                 if rpc.HasField("senderRecord") and not self._record_ok(rpc, peer_id):
                     self._counters.add("rejected.peer_record")
                     continue

@@ -188,6 +188,7 @@ class P2PHost:
             forwarder_frames_per_s=cfg.forwarder_frames_per_s,
             newcomer_s=cfg.newcomer_s,
             forwarder_bytes_per_s=cfg.forwarder_bytes_per_s,
+            max_net_share=cfg.max_net_share,
         )
         return host, pubsub, gossipsub
 
@@ -397,6 +398,7 @@ class P2PHost:
             "peer_scores": self.scores.snapshot(),
             "graylisted": sorted(p.to_base58() for p in self._blacklisted),
             "nat": self.nat.snapshot(),
+            "reading": pubsub.reading() if isinstance(pubsub, HardenedPubsub) else {},
             "updated_at": time.time(),
         }
 

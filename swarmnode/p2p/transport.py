@@ -230,6 +230,8 @@ class GossipTransport(Transport):
             "graylisted": snap.get("graylisted", []),
             # reachability (AutoNAT), relay slots held/served, direct vs relayed peers
             "nat": snap.get("nat", {}),
+            # CPU share outside training, its cap, the level heavy peers are held to
+            "reading": snap.get("reading", {}),
             "msgs_in": counters.get("msgs_in", 0),
             "msgs_out": counters.get("msgs_out", 0),
             "bytes_in": counters.get("bytes_in", 0),

@@ -1,0 +1,152 @@
+"""The node's CPU outside training, and which peers wait when it is over its cap.
+
+Role: the part of read pricing (``framing.ReadBudget``) that holds for any mix of
+peers. Per-peer budgets cap what one identity can make this node read, but
+identities are free: five Sybils, each under every per-peer rate, still took a
+fifth of the core a CPU node trains on (docs/reliability.md). What their messages
+really cost is CPU outside the trainer thread (the libp2p thread reading,
+decrypting, parsing and relaying them to the mesh; the exchange decoding and
+queueing them), so that is what is capped: ``swarm.max_net_share`` of a core.
+
+Invariants:
+- ``share`` is CPU seconds a wall second of every Python thread of the process but
+  the trainer's (``TRAINER_THREAD``; ``non_trainer_cpu``), an EWMA over ``TAU_S``,
+  updated at most once per ``TICK_S`` (a thread that ended takes its CPU with it:
+  a tick never counts less than 0).
+- A read account (a peer, or the newcomers' pool: ``ratelimit.Tenure``) is charged
+  units as it is read, 1 per frame plus 1 per message in it; its rate of units is an
+  EWMA over ``TAU_S`` too. The cost of reading is taken as proportional to units.
+- While nobody is limited and the share is at or under ``cap``, nobody waits here.
+  Over the cap, the total rate that would fit (units a second x cap / share) is split
+  by max-min fairness (water-filling): an account using less than the level keeps
+  what it uses (a peer at the swarm's normal rate never waits), the heavier ones are
+  held to the level by a token bucket (burst: 2 s) and wait out their debt before
+  their next read, so flow control stops their writes. Under ``RELAX_BELOW`` x cap
+  the level rises by ``RELAX`` a tick until it no longer binds; in between it holds.
+- The level never falls below ``FLOOR_UNITS_S``: an overloaded node still reads
+  every peer a little. Accounts are bounded (``max_accounts``, least recently
+  charged forgotten).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from swarmnode.ratelimit import Clock, TokenBucket
+
+TICK_S = 1.0
+TAU_S = 5.0
+RELAX = 1.25  # level x this per tick once the share is well under the cap
+RELAX_BELOW = 0.8  # "well under": this share of the cap
+FLOOR_UNITS_S = 1.0  # the least an account is read, units a second
+TRAINER_THREAD = "swarmnode-trainer"  # the name prefix of the node's training thread
+
+
+def non_trainer_cpu() -> float:
+    """CPU seconds used so far by this process's Python threads, the trainer's aside."""
+    total = 0.0
+    for t in threading.enumerate():
+        if t.ident is None or t.name.startswith(TRAINER_THREAD):
+            continue
+        try:
+            total += time.clock_gettime(time.pthread_getcpuclockid(t.ident))
+        except OSError:  # it ended meanwhile
+            continue
+    return total
+
+
+def water_level(demands: Iterable[float], total: float) -> float:
+    """The level L with sum(min(d, L)) = total (max-min fairness); inf if all fit.
+
+    >>> water_level([1.0, 5.0, 5.0], 5.0)
+    2.0
+    >>> water_level([1.0, 2.0], 10.0)
+    inf
+    """
+    ds = sorted(demands)
+    left = total
+    for i, d in enumerate(ds):
+        if d * (len(ds) - i) > left:
+            return left / (len(ds) - i)
+        left -= d
+    return math.inf
+
+
+class NetShare:
+    """The CPU share, and each account's fair rate of units while it is over ``cap``."""
+
+    def __init__(
+        self,
+        cap: float,
+        clock: Clock = time.monotonic,
+        cpu: Callable[[], float] = non_trainer_cpu,
+        max_accounts: int = 4096,
+    ) -> None:
+        self.cap, self.clock, self.cpu, self.max_accounts = cap, clock, cpu, max_accounts
+        self.share = 0.0
+        self.level: float | None = None  # units a second per account; None = no limit
+        self._t, self._cpu = clock(), cpu()
+        self._used: OrderedDict[str, float] = OrderedDict()  # units since the last tick
+        self._rate: dict[str, float] = {}  # account -> EWMA units a second
+        self._buckets: dict[str, TokenBucket] = {}
+
+    def charge(self, account: str, units: float) -> float:
+        """Charge ``units`` read from ``account``; seconds it should wait (0.0 if none)."""
+        now = self.clock()
+        if now - self._t >= TICK_S:
+            self._tick(now)
+        self._used[account] = self._used.get(account, 0.0) + units
+        self._used.move_to_end(account)
+        while len(self._used) > self.max_accounts:
+            old, _ = self._used.popitem(last=False)
+            self._rate.pop(old, None)
+            self._buckets.pop(old, None)
+        if self.level is None:
+            return 0.0
+        bucket = self._buckets.get(account)
+        if bucket is None:
+            bucket = self._buckets[account] = TokenBucket(self.level, 2 * self.level, now)
+        return bucket.reserve(units, now)
+
+    def _tick(self, now: float) -> None:
+        dt = now - self._t
+        alpha = 1.0 - math.exp(-dt / TAU_S)
+        cpu = self.cpu()
+        self.share += alpha * (max(0.0, cpu - self._cpu) / dt - self.share)
+        self._t, self._cpu = now, cpu
+        for account, used in self._used.items():  # every account still remembered
+            r = self._rate.get(account, 0.0)
+            self._rate[account] = r + alpha * (used / dt - r)
+            self._used[account] = 0.0
+        total = sum(self._rate.values())
+        if self.share > self.cap and total > 0:
+            fit = water_level(self._rate.values(), total * self.cap / self.share)
+            level = fit if self.level is None else min(self.level, fit)
+            self._set_level(max(FLOOR_UNITS_S, level))
+        elif self.level is not None and self.share < RELAX_BELOW * self.cap:
+            level = self.level * RELAX
+            heaviest = max(self._rate.values(), default=0.0)
+            self._set_level(None if level > 2 * heaviest else level)
+
+    def _set_level(self, level: float | None) -> None:
+        if level == math.inf:
+            level = None
+        self.level = level
+        if level is None:
+            self._buckets.clear()
+            return
+        for bucket in self._buckets.values():
+            bucket.rate, bucket.burst = level, 2 * level
+            bucket.tokens = min(bucket.tokens, bucket.burst)
+
+    def report(self) -> dict[str, Any]:
+        return {
+            "net_share": round(self.share, 4),
+            "net_share_cap": self.cap,
+            "net_share_level": None if self.level is None else round(self.level, 2),
+        }

@@ -1,0 +1,120 @@
+"""The libp2p thread's CPU cap (``p2p.netshare``): a simulated thread whose CPU grows
+with what it reads, a clock that only moves when told, and peers that read as fast as
+they are let."""
+
+from __future__ import annotations
+
+import pytest
+
+from swarmnode.p2p.netshare import FLOOR_UNITS_S, NetShare, water_level
+
+COST_S = 0.002  # CPU seconds the simulated thread spends per unit read
+STEP_S = 0.01
+
+
+class Sim:
+    """Accounts that want to read ``demand`` units a second; a read waits out the
+    debt ``charge`` returns before the account's next one."""
+
+    def __init__(self, cap: float) -> None:
+        self.t = self.cpu = 0.0
+        self.net = NetShare(cap, clock=lambda: self.t, cpu=lambda: self.cpu)
+        self.demand: dict[str, float] = {}
+        self.due: dict[str, float] = {}
+        self.free_at: dict[str, float] = {}
+        self.read: dict[str, float] = {}
+        self.waited: dict[str, float] = {}
+
+    def run(self, seconds: float) -> None:
+        for _ in range(round(seconds / STEP_S)):
+            self.t += STEP_S
+            for a, rate in self.demand.items():
+                while rate > 0 and self.due[a] <= self.t and self.free_at[a] <= self.t:
+                    wait = self.net.charge(a, 1.0)
+                    self.cpu += COST_S
+                    self.read[a] = self.read.get(a, 0.0) + 1
+                    self.waited[a] = self.waited.get(a, 0.0) + wait
+                    self.free_at[a] = self.t + wait
+                    self.due[a] += 1.0 / rate
+
+    def want(self, account: str, rate: float) -> None:
+        self.demand[account] = rate
+        self.due[account] = self.t  # no backlog from an earlier demand
+        self.free_at.setdefault(account, self.t)
+
+    def reset(self) -> None:
+        self.read, self.waited = {}, {}
+
+
+def test_water_level_is_max_min_fair() -> None:
+    assert water_level([1.0, 100.0, 100.0], 51.0) == pytest.approx(25.0)
+    assert water_level([], 5.0) == float("inf")
+    level = water_level([0.5, 3.0, 40.0, 40.0], 20.0)
+    assert sum(min(d, level) for d in [0.5, 3.0, 40.0, 40.0]) == pytest.approx(20.0)
+
+
+def test_under_the_cap_nobody_waits() -> None:
+    sim = Sim(cap=0.5)
+    sim.want("a", 50.0)  # 50 x 2 ms = 10% of a core
+    sim.want("b", 100.0)
+    sim.run(30)
+    assert sim.net.level is None and sum(sim.waited.values()) == 0.0
+    assert sim.net.share == pytest.approx(0.3, abs=0.02)
+
+
+def test_five_heavy_accounts_are_held_to_the_cap_and_a_light_one_never_waits() -> None:
+    """Five Sybils wanting 200 units/s each (2 cores' worth) and one honest peer at
+    1 unit/s: once the cap binds, the thread spends about its cap, the Sybils share
+    the rest evenly, and the honest peer is read whenever it sends."""
+    sim = Sim(cap=0.1)
+    for k in range(5):
+        sim.want(f"sybil{k}", 200.0)
+    sim.want("honest", 1.0)
+    sim.run(30)  # converge
+    sim.reset()
+    cpu0, t0 = sim.cpu, sim.t
+    sim.run(60)
+    share = (sim.cpu - cpu0) / (sim.t - t0)
+    assert share == pytest.approx(0.1, rel=0.2)
+    assert sim.waited.get("honest", 0.0) == 0.0 and sim.read["honest"] == pytest.approx(60, abs=1)
+    sybils = [sim.read[f"sybil{k}"] for k in range(5)]
+    assert max(sybils) / min(sybils) < 1.2  # fair among themselves
+    assert sim.net.level is not None and sim.net.report()["net_share_level"] is not None
+
+
+def test_the_level_relaxes_once_the_flood_stops() -> None:
+    sim = Sim(cap=0.1)
+    sim.want("heavy", 500.0)
+    sim.want("light", 2.0)
+    sim.run(20)
+    assert sim.net.level is not None
+    sim.want("heavy", 0.0)
+    sim.run(60)
+    assert sim.net.level is None
+    sim.reset()
+    sim.want("heavy", 40.0)  # 8% of a core: under the cap, read in full again
+    sim.run(20)
+    assert sim.waited.get("heavy", 0.0) == 0.0 and sim.read["heavy"] == pytest.approx(800, abs=2)
+
+
+def test_the_level_never_falls_below_the_floor() -> None:
+    """CPU the reads do not explain (here: the thread busy on its own) cannot starve
+    the peers: each is still read at the floor rate."""
+    sim = Sim(cap=0.05)
+    sim.want("a", 50.0)
+    for _ in range(60):
+        sim.cpu += 0.5  # half a core of other work each second
+        sim.run(1)
+    assert sim.net.level == FLOOR_UNITS_S
+    sim.reset()
+    sim.run(10)
+    assert sim.read["a"] == pytest.approx(10 * FLOOR_UNITS_S, abs=3)
+
+
+def test_accounts_are_bounded() -> None:
+    t = [0.0]
+    net = NetShare(0.1, clock=lambda: t[0], cpu=lambda: t[0], max_accounts=8)  # share 1.0
+    for k in range(100):
+        t[0] += 0.3
+        net.charge(f"p{k}", 5.0)
+    assert len(net._used) <= 8 and len(net._rate) <= 8 and len(net._buckets) <= 8

@@ -350,7 +350,7 @@ class SwarmConfig(_Section):
         description="Share of a core the libp2p thread may spend (reading, relaying); past "
         "it the peers that send most are read less (max-min fair), and one sending less "
         "than its fair share is not held back: holds for any number of identities. "
-        "null = no cap.",
+        "Trainers only (a bootstrap node routes uncapped). null = no cap.",
     )
     forwarder_bytes_per_s: int = Field(
         1024 * 1024,

@@ -87,7 +87,10 @@ def _network(transport: Any) -> dict[str, Any]:
         return {}
     st = transport.stats()
     keep = ("peer_id", "num_peers", "mesh_size", "msgs_in", "msgs_out", "rejected")
-    return {k: st.get(k) for k in keep} | {"inbox_dropped": st.get("inbox_dropped", 0)}
+    return {k: st.get(k) for k in keep} | {
+        "inbox_dropped": st.get("inbox_dropped", 0),
+        "net_share": (st.get("reading") or {}).get("net_share"),
+    }
 
 
 def _checkpoint_age(node: Node) -> float | None:
@@ -191,6 +194,11 @@ class ViewCollector(Collector):
         )
         yield _counter(
             "swarmnode_inbox_dropped", "Messages dropped from a full inbox.", net["inbox_dropped"]
+        )
+        yield from _gauge(
+            "swarmnode_net_cpu_share",
+            "Share of a core spent outside training (capped: swarm.max_net_share).",
+            net["net_share"],
         )
 
     def _trainer(self, v: dict[str, Any]) -> Iterator[Metric]:

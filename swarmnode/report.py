@@ -76,6 +76,17 @@ def _nat_lines(sw: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _reading_lines(sw: dict[str, Any]) -> list[str]:
+    """CPU outside training against ``swarm.max_net_share``, and whether it binds."""
+    rd = sw.get("reading") or {}
+    if not rd:
+        return []
+    level = rd.get("net_share_level")
+    held = "no peer held back" if level is None else f"heavy peers held to {level} units/s"
+    share, cap = rd.get("net_share"), rd.get("net_share_cap")
+    return [f"cpu outside training {share} of a core (cap {cap}): {held}"]
+
+
 def _score_lines(sw: dict[str, Any]) -> list[str]:
     """Peer scores (lowest first, as the transport lists them) and who is graylisted."""
     graylisted = sw.get("graylisted") or []
@@ -111,6 +122,7 @@ def format_status(reply: dict[str, Any]) -> str:
             f"rejected {sw.get('rejected_total', 0)}: {_counts(sw.get('rejected'))}",
             f"inbox {sw.get('inbox_len', 0)} (dropped {sw.get('inbox_dropped', 0)})  "
             f"outbox dropped {sw.get('outbox_dropped', 0)}",
+            *_reading_lines(sw),
             *_score_lines(sw),
         ]
     else:

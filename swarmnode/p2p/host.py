@@ -188,7 +188,8 @@ class P2PHost:
             forwarder_frames_per_s=cfg.forwarder_frames_per_s,
             newcomer_s=cfg.newcomer_s,
             forwarder_bytes_per_s=cfg.forwarder_bytes_per_s,
-            max_net_share=cfg.max_net_share,
+            # it protects training: a bootstrap node routes with all the CPU it has
+            max_net_share=cfg.max_net_share if cfg.role == "trainer" else None,
         )
         return host, pubsub, gossipsub
 

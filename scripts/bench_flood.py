@@ -404,6 +404,7 @@ def start_node(
     model: str | None = None,
     cpus: set[int] | None = None,
     verify: str = "on_arrival",
+    net_share: float | None = 0.1,
 ) -> Victim:
     """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
     name or folder as in ``model.name``) or, by default, the tiny test model; on
@@ -415,6 +416,7 @@ def start_node(
         model = str(make_tiny_model(tmp / "tiny", "llama"))
     cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
     cfg["sapo"]["verify"] = verify
+    cfg["swarm"]["max_net_share"] = net_share
     cfg["sapo"]["freshness_s"] = FRESHNESS_S
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     log = tmp / f"{name}.log"
@@ -595,7 +597,10 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
     cpus = pin_cpus(args.pin)
-    victim = start_node(tmp, "victim", args.external, args.questions, args.model, cpus, args.verify)
+    net_share = None if args.max_net_share == "null" else float(args.max_net_share)
+    victim = start_node(
+        tmp, "victim", args.external, args.questions, args.model, cpus, args.verify, net_share
+    )
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
     res: dict[str, dict[str, Any]] = {}
@@ -644,6 +649,11 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     ap.add_argument("--model", help=MODEL_HELP)
     ap.add_argument("--pin", action="store_true", help=PIN_HELP)
+    ap.add_argument(
+        "--max-net-share",
+        default="0.1",
+        help="the victim's swarm.max_net_share (default: the default, 0.1; null = no cap)",
+    )
     ap.add_argument(
         "--verify",
         default="on_arrival",

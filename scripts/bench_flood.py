@@ -344,6 +344,17 @@ class Victim:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def thread_cpu_s(self) -> dict[str, float]:
+        """CPU seconds each of its threads has used, by thread id."""
+        out = {}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended
+                continue
+            out[task.name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return out
+
     async def address(self) -> str:
         """Its first listen address, once its transport is up."""
         while True:
@@ -469,7 +480,7 @@ async def phase(
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
     st0, log0, t0 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    cpu0 = victim.cpu_s()
+    cpu0, threads0 = victim.cpu_s(), victim.thread_cpu_s()
     before, pub0 = victim.rounds(), honest_published[0]
     graylisted_at: dict[str, float] = {}
     while (now := time.monotonic()) < t0 + seconds:
@@ -479,7 +490,8 @@ async def phase(
                 graylisted_at[p] = round(now - t0, 1)
         await asyncio.sleep(1.0)
     st1, log1, t1 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    cpu1 = victim.cpu_s()
+    cpu1, threads1 = victim.cpu_s(), victim.thread_cpu_s()
+    used = [c - threads0.get(tid, 0.0) for tid, c in threads1.items()]
     recs = [before[-1], *victim.rounds()[len(before) :]]
     out: dict[str, Any] = {}
     if flooder is not None:
@@ -521,7 +533,10 @@ async def phase(
         ingest_rejected=deltas(recs[-1].ingest_rejected, recs[0].ingest_rejected),
         log_bytes_per_min=round((log1 - log0) * 60 / (t1 - t0)),
         counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
-        reading=st1["swarm"].get("reading", {}),  # the libp2p thread's share, at the end
+        reading=st1["swarm"].get("reading", {}),  # CPU share outside training, at the end
+        # the busiest thread is the trainer's: the others' CPU over the phase, a core's share
+        outside_training_share=round((sum(used) - max(used)) / (t1 - t0), 4),
+        work=[[r.tokens_generated, r.tokens_trained] for r in recs[1:]],
     )
     print(name, json.dumps(out), flush=True)
     if identities:
@@ -538,6 +553,38 @@ def ratio_interval(calm: list[float], other: list[float], n: int = 2000) -> tupl
         for _ in range(n)
     )
     return draws[int(0.025 * n)], draws[int(0.975 * n) - 1]
+
+
+def work_ratio(
+    calm: list[dict[str, Any]], other: list[dict[str, Any]], n: int = 2000
+) -> tuple[float, float, float]:
+    """Round time against what calm rounds of the same work took: a least-squares fit
+    of calm round seconds on (tokens generated, tokens trained, 1), then sum(other's
+    seconds) / sum(the fit's for other's work); with a 95% bootstrap interval (rounds
+    resampled on both sides, the fit redone). The embedded model's rounds vary 10-25 s
+    with what it writes; this takes that out of the comparison."""
+    import numpy as np
+
+    def rows(rs: list[dict[str, Any]]) -> tuple[Any, Any]:
+        x = [[g, t, 1.0] for r in rs for g, t in r["work"]]
+        return np.array(x, dtype=float), np.array([d for r in rs for d in r["durations"]])
+
+    (xc, yc), (xo, yo) = rows(calm), rows(other)
+
+    def ratio(ic: Any, io: Any) -> float:
+        coef = np.linalg.lstsq(xc[ic], yc[ic], rcond=None)[0]
+        return float(yo[io].sum() / (xo[io] @ coef).sum())
+
+    rng = np.random.default_rng(0)
+    draws = sorted(
+        ratio(rng.integers(0, len(yc), len(yc)), rng.integers(0, len(yo), len(yo)))
+        for _ in range(n)
+    )
+    return (
+        ratio(np.arange(len(yc)), np.arange(len(yo))),
+        draws[int(0.025 * n)],
+        draws[int(0.975 * n) - 1],
+    )
 
 
 def summary(res: dict[str, dict[str, Any]]) -> str:
@@ -575,11 +622,15 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
             f"{r['round_s'] / c['round_s']:.2f}" for r, c in zip(rs, calm_rs, strict=False)
         )
         gray = [s for r in rs for s in r["s_to_graylist"]]
+        wr, wlo, whi = work_ratio(calm_rs, rs)
         parts.append(
             f"{name}{'' if all(r['valid'] for r in rs) else ' INVALID'}"
             f" ratio {statistics.fmean(d) / calm:.2f} [{lo:.2f}, {hi:.2f}]"
             f" (median {statistics.median(d) / calm_median:.2f}) per_cycle {per_cycle}"
             f" node_cpu_per_round_ratio {cpu_per_round(rs) / calm_cpu:.2f}"
+            f" work_adjusted {wr:.3f} [{wlo:.3f}, {whi:.3f}]"
+            f" outside_training_share {[r['outside_training_share'] for r in rs]}"
+            f" (calm {[r['outside_training_share'] for r in calm_rs]})"
             f" rounds {pooled(rs, 'rounds')}"
             f" flooder_cpu_s {sum(r.get('cpu_s') or 0.0 for r in rs):.1f}"
             f" honest {pooled(rs, 'honest_accepted')}/{pooled(rs, 'honest_trained')}"

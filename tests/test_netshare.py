@@ -101,14 +101,28 @@ def test_the_level_never_falls_below_the_floor() -> None:
     """CPU the reads do not explain (here: the thread busy on its own) cannot starve
     the peers: each is still read at the floor rate."""
     sim = Sim(cap=0.05)
-    sim.want("a", 50.0)
+    for k in range(30):  # 30 x the floor is still over MIN_UNITS_S: the level goes all the way
+        sim.want(f"p{k}", 50.0)
     for _ in range(60):
         sim.cpu += 0.5  # half a core of other work each second
         sim.run(1)
     assert sim.net.level == FLOOR_UNITS_S
     sim.reset()
     sim.run(10)
-    assert sim.read["a"] == pytest.approx(10 * FLOOR_UNITS_S, abs=3)
+    assert min(sim.read.values()) == pytest.approx(10 * FLOOR_UNITS_S, abs=3)
+
+
+def test_cpu_the_reads_cannot_explain_holds_nobody_back() -> None:
+    """A node's own work (its start-up: handshakes, DHT) over the cap while its peers
+    send little: nobody waits."""
+    sim = Sim(cap=0.05)
+    sim.want("honest", 3.0)
+    sim.want("other", 5.0)
+    for _ in range(30):
+        sim.cpu += 0.3
+        sim.run(1)
+    assert sim.net.share > 0.2 and sim.net.level is None
+    assert sum(sim.waited.values()) == 0.0
 
 
 def test_accounts_are_bounded() -> None:

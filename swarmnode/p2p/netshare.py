@@ -24,8 +24,10 @@ Invariants:
   their next read, so flow control stops their writes. Under ``RELAX_BELOW`` x cap
   the level rises by ``RELAX`` a tick until it no longer binds; in between it holds.
 - The level never falls below ``FLOOR_UNITS_S``: an overloaded node still reads
-  every peer a little. Accounts are bounded (``max_accounts``, least recently
-  charged forgotten).
+  every peer a little. It is not set while all accounts together read under
+  ``MIN_UNITS_S``: then the CPU is the node's own (start-up, DHT), and holding peers
+  back would buy nothing (a node's start-up held its honest peers to the floor).
+  Accounts are bounded (``max_accounts``, least recently charged forgotten).
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ TAU_S = 5.0
 RELAX = 1.25  # level x this per tick once the share is well under the cap
 RELAX_BELOW = 0.8  # "well under": this share of the cap
 FLOOR_UNITS_S = 1.0  # the least an account is read, units a second
+# Below this many units a second from all accounts together, reading is not what holds
+# the CPU over the cap (the node's own start-up, its DHT...): nobody is held back.
+MIN_UNITS_S = 20.0
 TRAINER_THREAD = "swarmnode-trainer"  # the name prefix of the node's training thread
 
 
@@ -124,7 +129,7 @@ class NetShare:
             self._rate[account] = r + alpha * (used / dt - r)
             self._used[account] = 0.0
         total = sum(self._rate.values())
-        if self.share > self.cap and total > 0:
+        if self.share > self.cap and total >= MIN_UNITS_S:
             fit = water_level(self._rate.values(), total * self.cap / self.share)
             level = fit if self.level is None else min(self.level, fit)
             self._set_level(max(FLOOR_UNITS_S, level))

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib.util
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -285,9 +285,10 @@ def test_a_peer_message_is_verified_once(tmp_path: Path, monkeypatch: Any) -> No
 
 
 def paced_flooder(
-    target: str, frames: list[bytes], pause_s: float, done: Callable[[], bool]
+    target: str, frames: Iterable[bytes], pause_s: float, done: Callable[[], bool]
 ) -> None:
-    """One meshsub stream; a frame every ``pause_s``; then stay until ``done()``."""
+    """One meshsub stream; a frame every ``pause_s`` (``frames`` may be endless: each
+    is written as the node reads it); then stay until ``done()``."""
 
     async def main() -> None:
         host = new_host(key_pair=ATTACKER, listen_addrs=[Multiaddr("/ip4/127.0.0.1/tcp/0")])

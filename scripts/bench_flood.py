@@ -69,14 +69,14 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from swarmnode.config import SwarmConfig, parse_config  # noqa: E402
-from swarmnode.control import ControlError, query_status  # noqa: E402
-from swarmnode.metrics import RoundRecord, read_rounds  # noqa: E402
-from swarmnode.model import cpu_has_bf16  # noqa: E402
+from swarmnode.learn.metrics import RoundRecord, read_rounds  # noqa: E402
+from swarmnode.learn.model import cpu_has_bf16  # noqa: E402
+from swarmnode.learn.rewards import make_scorer  # noqa: E402
+from swarmnode.learn.tasks import TaskMix  # noqa: E402
+from swarmnode.ops.control import ControlError, query_status  # noqa: E402
 from swarmnode.p2p.gossip import topic_for  # noqa: E402
 from swarmnode.p2p.transport import GossipTransport  # noqa: E402
-from swarmnode.p2p.wire import encode_batch  # noqa: E402
-from swarmnode.rewards import make_scorer  # noqa: E402
-from swarmnode.tasks import TaskMix  # noqa: E402
+from swarmnode.share.wire import encode_batch  # noqa: E402
 
 sys.path.insert(0, str(REPO / "scripts"))
 from bench_swarm import TASKS, node_cfg, peer_batch  # noqa: E402

@@ -47,10 +47,10 @@ from typing import Any
 from libp2p.stream_muxer.yamux.yamux import YamuxStream
 
 from swarmnode.config import SwarmConfig
-from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.learn.groups import ItemRef, RolloutGroup
 from swarmnode.p2p import yamux_window
 from swarmnode.p2p.transport import GossipTransport
-from swarmnode.p2p.wire import decode_batch, encode_batch
+from swarmnode.share.wire import decode_batch, encode_batch
 
 PRESETS = {  # groups, completions per group, characters per completion
     "small": (2, 8, 200),

@@ -35,11 +35,11 @@ from bench_flood import flood_payload, flood_pool  # noqa: E402
 from bench_swarm import TASKS  # noqa: E402
 
 from swarmnode.config import parse_config  # noqa: E402
-from swarmnode.ingest import Catalog, IngestQueue  # noqa: E402
-from swarmnode.p2p.wire import decode_batch  # noqa: E402
-from swarmnode.rewards import make_scorer  # noqa: E402
-from swarmnode.sampler import SwarmSampler  # noqa: E402
-from swarmnode.tasks import preload  # noqa: E402
+from swarmnode.learn.rewards import make_scorer  # noqa: E402
+from swarmnode.learn.tasks import preload  # noqa: E402
+from swarmnode.share.ingest import Catalog, IngestQueue  # noqa: E402
+from swarmnode.share.sampler import SwarmSampler  # noqa: E402
+from swarmnode.share.wire import decode_batch  # noqa: E402
 
 
 def payloads(n: int, groups: int) -> list[bytes]:

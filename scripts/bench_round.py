@@ -5,7 +5,7 @@ thread count: the embedded SmolLM2-135M-Instruct (fp32), a fresh LoRA adapter
 (r=16, alpha=32, every linear layer, no dropout), 2 reasoning-gym questions from
 swarmnode's default task mix (same items, same system prompt, same chat
 template) x 8 completions of at most 48 new tokens at temperature 1.0, rewarded
-by ``swarmnode.rewards.accuracy_reward``, then one optimizer step (AdamW, lr 2e-4,
+by ``swarmnode.learn.rewards.accuracy_reward``, then one optimizer step (AdamW, lr 2e-4,
 clip 0.2/0.28, token-level loss, grad-norm clip 1.0).
 
 - swarmnode: ``Trainer.rollout(r)`` (shared-prefix KV-cache sampling + scoring)
@@ -184,9 +184,14 @@ def main() -> int:
     from transformers import TrainerCallback
 
     from swarmnode.config import parse_config
-    from swarmnode.model import load_policy, load_tokenizer, quiet_transformers, resolve_source
-    from swarmnode.rewards import accuracy_reward
-    from swarmnode.trainer import Trainer
+    from swarmnode.learn.model import (
+        load_policy,
+        load_tokenizer,
+        quiet_transformers,
+        resolve_source,
+    )
+    from swarmnode.learn.rewards import accuracy_reward
+    from swarmnode.learn.trainer import Trainer
 
     torch.set_num_threads(args.threads)
     quiet_transformers()

@@ -75,7 +75,7 @@ from bench_flood import (  # noqa: E402
     start_node,
 )
 
-from swarmnode.model import cpu_has_bf16  # noqa: E402
+from swarmnode.learn.model import cpu_has_bf16  # noqa: E402
 
 FORWARDERS: list[subprocess.Popen[bytes]] = []
 

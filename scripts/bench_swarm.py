@@ -56,12 +56,12 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from swarmnode.config import SwarmConfig, parse_config  # noqa: E402
-from swarmnode.control import ControlError, query_status  # noqa: E402
-from swarmnode.groups import RolloutGroup  # noqa: E402
-from swarmnode.metrics import read_rounds  # noqa: E402
+from swarmnode.learn.groups import RolloutGroup  # noqa: E402
+from swarmnode.learn.metrics import read_rounds  # noqa: E402
+from swarmnode.learn.tasks import TaskMix  # noqa: E402
+from swarmnode.ops.control import ControlError, query_status  # noqa: E402
 from swarmnode.p2p.transport import GossipTransport  # noqa: E402
-from swarmnode.p2p.wire import encode_batch  # noqa: E402
-from swarmnode.tasks import TaskMix  # noqa: E402
+from swarmnode.share.wire import encode_batch  # noqa: E402
 
 TASKS = {
     "datasets": [
@@ -185,7 +185,7 @@ def lora_grad_bytes() -> int:
     from transformers import AutoConfig, AutoModelForCausalLM
 
     from swarmnode.config import ModelConfig
-    from swarmnode.model import resolve_source
+    from swarmnode.learn.model import resolve_source
 
     cfg = AutoConfig.from_pretrained(resolve_source(ModelConfig()))
     with torch.device("meta"):
@@ -196,8 +196,8 @@ def lora_grad_bytes() -> int:
 
 
 def embedded_msg_bytes() -> tuple[int, int]:
-    from swarmnode.model import load_policy
-    from swarmnode.trainer import Trainer
+    from swarmnode.learn.model import load_policy
+    from swarmnode.learn.trainer import Trainer
 
     cfg = parse_config({"model": {"device": "cpu", "threads": 2}})
     trainer = Trainer(cfg, load_policy(cfg.model, seed=0))

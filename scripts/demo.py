@@ -56,7 +56,7 @@ def pump(name: str, stream: Any) -> None:
 
 def summary(out: Path, n: int) -> None:
     sys.path.insert(0, str(REPO))
-    from swarmnode.metrics import read_rounds
+    from swarmnode.learn.metrics import read_rounds
 
     print("\nnode    rounds  reward first5  reward last5  external groups trained  peers")
     for i in range(n):

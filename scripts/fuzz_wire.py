@@ -37,10 +37,11 @@ from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 
 from swarmnode.config import SwarmConfig
-from swarmnode.p2p.bridge import Counters, Inbox, Outbox
+from swarmnode.p2p.bridge import Outbox
 from swarmnode.p2p.gossip import topic_for
 from swarmnode.p2p.host import P2PHost
-from swarmnode.p2p.wire import WireError, decode_batch
+from swarmnode.share.inbox import Counters, Inbox
+from swarmnode.share.wire import WireError, decode_batch
 
 TOPIC = topic_for("default")
 

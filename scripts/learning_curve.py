@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO))
 
 from plotting import new_figure, save_figure  # noqa: E402
 
-from swarmnode.metrics import moving_average, read_rounds  # noqa: E402
+from swarmnode.learn.metrics import moving_average, read_rounds  # noqa: E402
 
 
 def plot(rounds: list[int], rewards: list[float], avg: list[float], path: Path, title: str) -> None:

@@ -104,7 +104,7 @@ def main() -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from swarmnode.memory import release_free_memory, tune_allocator
+    from swarmnode.learn.memory import release_free_memory, tune_allocator
 
     if not args.no_tune:
         tune_allocator()  # first, as the node does: before any thread allocates
@@ -124,9 +124,9 @@ def main() -> int:
     table.row("import transformers, peft", time.perf_counter() - t0)
     t0 = time.perf_counter()
     from swarmnode.config import load_config
-    from swarmnode.model import load_policy, wrap_lora
+    from swarmnode.learn.model import load_policy, wrap_lora
+    from swarmnode.learn.trainer import Trainer
     from swarmnode.node import Node  # noqa: F401  (what the daemon imports)
-    from swarmnode.trainer import Trainer
 
     overrides: dict[str, Any] = {"model.threads": args.threads}
     if args.model:

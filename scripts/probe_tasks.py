@@ -153,8 +153,8 @@ def question_space(name: str, config: dict[str, Any], space: int) -> tuple[int, 
     A large answer share is a constant-answer trap: a policy that always gives that
     answer scores it without learning the task.
     """
-    from swarmnode.groups import ItemRef
-    from swarmnode.tasks import ref_config, regenerate
+    from swarmnode.learn.groups import ItemRef
+    from swarmnode.learn.tasks import ref_config, regenerate
 
     cfg = ref_config(config, 100_000)
     items = [regenerate(ItemRef(name, cfg, 1, i)) for i in range(space)]
@@ -177,9 +177,9 @@ def main() -> None:
     import torch
 
     from swarmnode.config import parse_config
-    from swarmnode.evaluate import probe_signal
-    from swarmnode.model import load_policy
-    from swarmnode.tasks import TaskError
+    from swarmnode.learn.evaluate import probe_signal
+    from swarmnode.learn.model import load_policy
+    from swarmnode.learn.tasks import TaskError
 
     torch.set_num_threads(args.threads)
     wanted = set(args.only.split(",")) if args.only else None

@@ -10,7 +10,7 @@ so only the source of the trained-on groups differs:
     none       I = B, J = 0       no sharing (nodes do not even connect)
     balanced   I = B/2, J = B/2   the paper's best (4/4 of 8), uniform sampler
     heavy      I = B/4, J = 3B/4  the paper's 2/6, which oscillated
-    adaptive   budget B, adaptive sampler (swarmnode/sampler.py)
+    adaptive   budget B, adaptive sampler (swarmnode/share/sampler.py)
     complete   adaptive + same-question group completion (sapo.shared_items,
                sapo.complete_groups: peers' verified answers to the swarm's
                scheduled items join this node's no-signal groups)
@@ -78,7 +78,7 @@ from sapo_stats import mean_band, paired_diff
 
 sys.path.insert(0, str(REPO))
 
-from swarmnode.metrics import read_metrics
+from swarmnode.learn.metrics import read_metrics
 
 CONFIGS = (
     "none",
@@ -253,7 +253,7 @@ def heldout(d: Path, per_dataset: int) -> dict[str, Any]:
     stale = cache.is_file() and json.loads(cache.read_text()).get("round", 0) < rounds_done(d)
     if not cache.is_file() or stale:
         from swarmnode.config import load_config
-        from swarmnode.evaluate import evaluate
+        from swarmnode.learn.evaluate import evaluate
 
         cfg = load_config(d / "config.resolved.yaml")
         cache.write_text(json.dumps(evaluate(cfg, n=per_dataset)))
@@ -266,7 +266,7 @@ def base_heldout(args: argparse.Namespace, d: Path, per_dataset: int) -> dict[st
     cache = args.out / "base-heldout.json"
     if not cache.is_file():
         from swarmnode.config import load_config
-        from swarmnode.evaluate import evaluate
+        from swarmnode.learn.evaluate import evaluate
 
         cfg = load_config(d / "config.resolved.yaml")
         cache.write_text(json.dumps(evaluate(cfg, n=per_dataset, base=True)))

@@ -45,7 +45,7 @@ from plotting import new_figure, save_figure
 
 sys.path.insert(0, str(REPO))
 
-from swarmnode.metrics import read_rounds
+from swarmnode.learn.metrics import read_rounds
 
 FIELDS = [
     "node",

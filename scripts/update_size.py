@@ -21,7 +21,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from swarmnode.metrics import read_metrics
+from swarmnode.learn.metrics import read_metrics
 
 
 def rounds(path: Path) -> dict[int, dict[str, Any]]:

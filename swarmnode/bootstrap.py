@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from swarmnode.config import Config
-from swarmnode.control import ControlServer
-from swarmnode.monitor import MonitorServer, start_monitor
-from swarmnode.monitor_view import bootstrap_view
-from swarmnode.transport import Transport
+from swarmnode.ops.control import ControlServer
+from swarmnode.ops.monitor import MonitorServer, start_monitor
+from swarmnode.ops.monitor_view import bootstrap_view
+from swarmnode.share.transport import Transport
 
 log = logging.getLogger("swarmnode.bootstrap")
 

@@ -122,9 +122,9 @@ def eval_(
     """Score the node's newest checkpoint on held-out items (seeds no node trains on)."""
     cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)}, set_)
     _logging("warning")
-    logging.getLogger("swarmnode.progress").setLevel(logging.INFO)  # lines where no TTY
+    logging.getLogger("swarmnode.learn.progress").setLevel(logging.INFO)  # lines where no TTY
     from swarmnode.errors import SwarmnodeError
-    from swarmnode.evaluate import evaluate
+    from swarmnode.learn.evaluate import evaluate
 
     try:
         result = evaluate(cfg, n=items)
@@ -154,7 +154,7 @@ def _data_dir(config: Path | None, data_dir: Path | None) -> Path:
 
 
 def _query(config: Path | None, data_dir: Path | None) -> dict[str, Any]:
-    from swarmnode.control import ControlError, query_status
+    from swarmnode.ops.control import ControlError, query_status
 
     try:
         return query_status(_data_dir(config, data_dir))
@@ -170,7 +170,7 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON reply.
 def status(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt = False) -> None:
     """Ask a running node: peers, messages in/out/rejected, ingestion, last round."""
     reply = _query(config, data_dir)
-    from swarmnode.report import format_status
+    from swarmnode.ops.report import format_status
 
     typer.echo(json.dumps(reply, indent=1) if json_ else format_status(reply))
 
@@ -179,7 +179,7 @@ def status(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt
 def peers(config: OptConfig = None, data_dir: DataDirOpt = None, json_: JsonOpt = False) -> None:
     """Ask a running node for its peers (direct or relayed), reachability, mesh, scores."""
     reply = _query(config, data_dir)
-    from swarmnode.report import format_peers
+    from swarmnode.ops.report import format_peers
 
     sw = reply.get("swarm") or {}
     view = {
@@ -206,7 +206,7 @@ def keygen(
 ) -> None:
     """Make this node's identity key (kept if it exists), or a swarm PSK with --psk."""
     from swarmnode.errors import SwarmnodeError
-    from swarmnode.keys import keygen as make_keys
+    from swarmnode.ops.keys import keygen as make_keys
 
     try:
         typer.echo(make_keys(data_dir, psk=psk))
@@ -219,7 +219,7 @@ def id_(config: ConfigOpt, data_dir: DataDirOpt = None, set_: SetOpt = None) -> 
     """Print this node's peer ID and listen multiaddrs (creates the identity if missing)."""
     cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)}, set_)
     from swarmnode.errors import SwarmnodeError
-    from swarmnode.keys import node_id
+    from swarmnode.ops.keys import node_id
 
     try:
         typer.echo(node_id(cfg))

@@ -44,17 +44,13 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-from swarmnode.checkpoint import Checkpointer
-from swarmnode.collapse import CollapseWatch
-from swarmnode.completion import AnswerBook, GroupCompleter
 from swarmnode.config import Config, dump_config
-from swarmnode.control import ControlServer
-from swarmnode.curriculum import Curriculum
-from swarmnode.exchange import RolloutExchange
-from swarmnode.generate import GenerationCancelled
-from swarmnode.ingest import Catalog, IngestQueue
-from swarmnode.memory import release_free_memory, tune_allocator
-from swarmnode.metrics import (
+from swarmnode.learn.checkpoint import Checkpointer
+from swarmnode.learn.collapse import CollapseWatch
+from swarmnode.learn.curriculum import Curriculum
+from swarmnode.learn.generate import GenerationCancelled
+from swarmnode.learn.memory import release_free_memory, tune_allocator
+from swarmnode.learn.metrics import (
     MetricsLog,
     RoundRecord,
     progress_line,
@@ -62,21 +58,25 @@ from swarmnode.metrics import (
     reward_summary,
     rss_mb,
 )
-from swarmnode.monitor import MonitorServer, start_monitor
-from swarmnode.monitor_view import RoundHistory, node_view
+from swarmnode.learn.rewards import make_scorer
+from swarmnode.learn.tasks import SharedSchedule
+from swarmnode.learn.trainer import Trainer
+from swarmnode.ops.control import ControlServer
+from swarmnode.ops.monitor import MonitorServer, start_monitor
+from swarmnode.ops.monitor_view import RoundHistory, node_view
 from swarmnode.p2p.netshare import TRAINER_THREAD
-from swarmnode.rewards import make_scorer
-from swarmnode.sampler import SwarmSampler
-from swarmnode.tasks import SharedSchedule
-from swarmnode.trainer import Trainer
-from swarmnode.transport import Transport
+from swarmnode.share.completion import AnswerBook, GroupCompleter
+from swarmnode.share.exchange import RolloutExchange
+from swarmnode.share.ingest import Catalog, IngestQueue
+from swarmnode.share.sampler import SwarmSampler
+from swarmnode.share.transport import Transport
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
 def build_trainer(cfg: Config) -> Trainer:
-    from swarmnode.model import load_policy
+    from swarmnode.learn.model import load_policy
 
     return Trainer(cfg, load_policy(cfg.model, seed=cfg.train.seed))
 

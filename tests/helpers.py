@@ -21,12 +21,12 @@ from typing import Any
 import yaml
 
 from swarmnode.config import DatasetSpec, SwarmConfig
-from swarmnode.control import ControlError, query_status
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.metrics import read_rounds
-from swarmnode.p2p.wire import encode_batch
-from swarmnode.rewards import accuracy_reward
-from swarmnode.tasks import ref_config, regenerate
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.metrics import read_rounds
+from swarmnode.learn.rewards import accuracy_reward
+from swarmnode.learn.tasks import ref_config, regenerate
+from swarmnode.ops.control import ControlError, query_status
+from swarmnode.share.wire import encode_batch
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)}

@@ -9,11 +9,11 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file
 
-from swarmnode.checkpoint import Checkpointer
 from swarmnode.config import parse_config
-from swarmnode.metrics import read_metrics
-from swarmnode.model import load_policy
-from swarmnode.trainer import Trainer
+from swarmnode.learn.checkpoint import Checkpointer
+from swarmnode.learn.metrics import read_metrics
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.trainer import Trainer
 from tests.helpers import start_node, tiny_config, wait_rounds, write_config
 
 

@@ -37,8 +37,8 @@ from typing import Any
 import pytest
 import yaml
 
-from swarmnode.checkpoint import Checkpointer
-from swarmnode.metrics import RoundRecord
+from swarmnode.learn.checkpoint import Checkpointer
+from swarmnode.learn.metrics import RoundRecord
 from swarmnode.p2p.identity import identity_path, load_or_create_identity, peer_id_of
 from tests.helpers import LIVE, Proc, dump_stacks, free_port, node_config, wait_until, write_config
 

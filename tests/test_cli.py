@@ -9,8 +9,8 @@ from pathlib import Path
 
 import yaml
 
-from swarmnode.checkpoint import Checkpointer
-from swarmnode.metrics import read_metrics
+from swarmnode.learn.checkpoint import Checkpointer
+from swarmnode.learn.metrics import read_metrics
 from tests.helpers import ENV, REPO, start_node, tiny_config, wait_rounds, write_config
 
 KEYS = {

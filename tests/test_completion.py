@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from swarmnode.completion import AnswerBook, GroupCompleter, complete_group
 from swarmnode.config import DatasetSpec, SapoConfig, TasksConfig
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.ingest import Catalog, IngestQueue
-from swarmnode.rewards import make_scorer
-from swarmnode.tasks import SharedSchedule, TaskMix, regenerate
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.rewards import make_scorer
+from swarmnode.learn.tasks import SharedSchedule, TaskMix, regenerate
+from swarmnode.share.completion import AnswerBook, GroupCompleter, complete_group
+from swarmnode.share.ingest import Catalog, IngestQueue
 from tests.helpers import CFG, SPEC, Clock
 
 OTHER = DatasetSpec(name="chain_sum", size=500, config={"min_terms": 2, "max_terms": 2})

@@ -11,8 +11,8 @@ import pytest
 
 from swarmnode.bootstrap import BootstrapNode
 from swarmnode.config import parse_config
-from swarmnode.control import ControlError, ControlServer, query_status, socket_path
-from swarmnode.keys import keygen, node_id
+from swarmnode.ops.control import ControlError, ControlServer, query_status, socket_path
+from swarmnode.ops.keys import keygen, node_id
 from swarmnode.p2p.transport import GossipTransport
 
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from swarmnode.config import CurriculumConfig, DatasetSpec, TasksConfig
-from swarmnode.curriculum import Curriculum
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.ingest import Catalog
-from swarmnode.tasks import SharedSchedule, TaskMix, regenerate
+from swarmnode.learn.curriculum import Curriculum
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.tasks import SharedSchedule, TaskMix, regenerate
+from swarmnode.share.ingest import Catalog
 from tests.helpers import Clock
 
 CHAIN = DatasetSpec(

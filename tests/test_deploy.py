@@ -38,7 +38,7 @@ TRANSPORT_JOIN_MARGIN_S = 5.0  # p2p/transport.py: join timeout = shutdown_timeo
 
 def stop_need_s(cfg: Config) -> float:
     """Seconds from SIGTERM to exit that the code may use for this config."""
-    from swarmnode.monitor import SHUTDOWN_S
+    from swarmnode.ops.monitor import SHUTDOWN_S
 
     need = cfg.swarm.shutdown_timeout_s + TRANSPORT_JOIN_MARGIN_S if cfg.swarm.enabled else 0.0
     need += SHUTDOWN_S if cfg.monitor.enabled else 0.0

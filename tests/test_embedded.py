@@ -14,9 +14,9 @@ import pytest
 import torch
 
 from swarmnode.config import load_config
-from swarmnode.groups import RolloutGroup
-from swarmnode.model import load_policy
-from swarmnode.trainer import Trainer
+from swarmnode.learn.groups import RolloutGroup
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.trainer import Trainer
 
 REPO = Path(__file__).resolve().parents[1]
 

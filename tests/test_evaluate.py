@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from swarmnode.config import parse_config
-from swarmnode.evaluate import HELDOUT_SEED, evaluate, heldout_refs
+from swarmnode.learn.evaluate import HELDOUT_SEED, evaluate, heldout_refs
 from tests.helpers import tiny_config
 
 

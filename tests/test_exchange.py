@@ -12,13 +12,13 @@ import msgpack
 import pytest
 
 from swarmnode.config import Config, parse_config
-from swarmnode.exchange import RolloutExchange, SwarmError, encode_round
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.ingest import Catalog, IngestQueue
-from swarmnode.memory_transport import MemoryNetwork, MemoryTransport
-from swarmnode.metrics import RoundRecord
-from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, decode_batch, encode_batch
-from swarmnode.tasks import HELDOUT_SEED
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.metrics import RoundRecord
+from swarmnode.learn.tasks import HELDOUT_SEED
+from swarmnode.share.exchange import RolloutExchange, SwarmError, encode_round
+from swarmnode.share.ingest import Catalog, IngestQueue
+from swarmnode.share.memory_transport import MemoryNetwork, MemoryTransport
+from swarmnode.share.wire import MAX_MESSAGE_BYTES, decode_batch, encode_batch
 from tests.helpers import SPEC, make_group, score, wait_for
 
 
@@ -124,7 +124,7 @@ def test_start_up_cost_is_not_charged_to_the_ingestion_budget(
         time.sleep(0.5)
         preloaded.append(time.monotonic())
 
-    monkeypatch.setattr("swarmnode.exchange.preload", slow_preload)
+    monkeypatch.setattr("swarmnode.share.exchange.preload", slow_preload)
 
     async def main() -> None:
         net = MemoryNetwork()
@@ -154,7 +154,7 @@ def test_catalog_compares_config_values_not_their_encoding(tmp_path: Path) -> No
         }
     )
     group = make_group(0)  # only its completions are reused: the item is chain_sum's
-    from swarmnode.tasks import ref_config, regenerate
+    from swarmnode.learn.tasks import ref_config, regenerate
 
     ours = ItemRef("chain_sum", ref_config({"min_terms": 2.0}, cfg.tasks.datasets[0].size), 5, 3)
     entry = regenerate(ours)

@@ -17,10 +17,10 @@ import trio.testing
 from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
 from libp2p.network.stream.exceptions import StreamEOF
 
-from swarmnode.p2p.bridge import Counters
 from swarmnode.p2p.framing import CHUNK, FrameReader, ReadBudget
 from swarmnode.p2p.transport import GossipTransport
-from swarmnode.ratelimit import NEWCOMERS, TokenBucket
+from swarmnode.share.inbox import Counters
+from swarmnode.share.ratelimit import NEWCOMERS, TokenBucket
 from tests.test_p2p_hostile import ATTACKER_ID, frame, message, payload, raw_attacker
 from tests.test_p2p_swarm import Collector, batch, run, swarm_cfg, wait_for
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import parse_config
-from swarmnode.generate import _pick, inference_weights, sample
-from swarmnode.grpo import completion_logprobs
-from swarmnode.model import load_policy
-from swarmnode.trainer import Trainer
+from swarmnode.learn.generate import _pick, inference_weights, sample
+from swarmnode.learn.grpo import completion_logprobs
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.trainer import Trainer
 from tests.helpers import tiny_config
 
 

@@ -15,11 +15,11 @@ import pytest
 import torch
 
 from swarmnode.config import parse_config
-from swarmnode.groups import RolloutGroup
-from swarmnode.grpo import TokenizedGroup, grpo_step, importance_weights
-from swarmnode.model import load_policy
-from swarmnode.p2p.wire import WireError, decode_batch, encode_batch
-from swarmnode.trainer import Trainer
+from swarmnode.learn.groups import RolloutGroup
+from swarmnode.learn.grpo import TokenizedGroup, grpo_step, importance_weights
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.trainer import Trainer
+from swarmnode.share.wire import WireError, decode_batch, encode_batch
 from tests.helpers import tiny_config
 
 
@@ -178,7 +178,7 @@ def test_weights_fall_back_for_other_models_cut_completions_and_off(
 
 def test_verified_peer_groups_keep_the_senders_logprobs() -> None:
     from swarmnode.config import SapoConfig
-    from swarmnode.ingest import Catalog, IngestQueue
+    from swarmnode.share.ingest import Catalog, IngestQueue
     from tests.helpers import SPEC, Clock, make_group, score
 
     q = IngestQueue(SapoConfig(queue_groups=8), Catalog([SPEC]), score, clock=Clock())

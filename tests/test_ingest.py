@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from swarmnode.config import SapoConfig
-from swarmnode.groups import ItemRef
-from swarmnode.ingest import Catalog, IngestQueue, group_key
+from swarmnode.learn.groups import ItemRef
+from swarmnode.share.ingest import Catalog, IngestQueue, group_key
 from tests.helpers import CFG, SPEC, Clock, make_group, score
 
 

@@ -18,9 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from swarmnode.bootstrap import BootstrapNode
 from swarmnode.config import ConfigError, MonitorConfig, parse_config
-from swarmnode.memory_transport import MemoryNetwork
-from swarmnode.monitor import STATIC, MonitorServer, dashboard_file
 from swarmnode.node import Node
+from swarmnode.ops.monitor import STATIC, MonitorServer, dashboard_file
+from swarmnode.share.memory_transport import MemoryNetwork
 from tests.helpers import ENV, REPO, tiny_config, wait_for, write_config
 
 MONITOR = {"enabled": True, "listen": "127.0.0.1:0"}
@@ -226,7 +226,7 @@ def test_public_listen_with_the_setting_warns(caplog: pytest.LogCaptureFixture) 
         await server.start()
         await server.stop()
 
-    with caplog.at_level(logging.WARNING, "swarmnode.monitor"):
+    with caplog.at_level(logging.WARNING, "swarmnode.ops.monitor"):
         asyncio.run(main())
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert "beyond this machine" in warning.getMessage() and server.port > 0
@@ -236,7 +236,7 @@ def test_dashboard_files_ship_in_the_package() -> None:
     for name in STATIC:
         assert dashboard_file(name)
     pyproject = (REPO / "pyproject.toml").read_text(encoding="utf-8")
-    assert '"dashboard/*"' in pyproject
+    assert '"ops/dashboard/*"' in pyproject
 
 
 def browser_dom(url: str) -> str:

@@ -46,7 +46,7 @@ from typing import Any
 import pytest
 import yaml
 
-from swarmnode.metrics import read_rounds
+from swarmnode.learn.metrics import read_rounds
 from tests.helpers import LIVE, Proc, cli, node_config, wait_until, write_config
 from tests.netns import PUBLIC_NET, NatLab, unavailable
 

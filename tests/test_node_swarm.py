@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from swarmnode.checkpoint import Checkpointer
 from swarmnode.config import parse_config
-from swarmnode.exchange import SwarmError
-from swarmnode.memory_transport import MemoryNetwork
-from swarmnode.metrics import read_rounds
+from swarmnode.learn.checkpoint import Checkpointer
+from swarmnode.learn.metrics import read_rounds
 from swarmnode.node import Node
+from swarmnode.share.exchange import SwarmError
+from swarmnode.share.memory_transport import MemoryNetwork
 from tests.helpers import tiny_config, wait_for
 
 

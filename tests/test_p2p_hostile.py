@@ -28,7 +28,7 @@ from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 from libp2p.utils.varint import encode_uvarint
 from multiaddr import Multiaddr
 
-from swarmnode.p2p import wire
+from swarmnode.share import wire
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, HardenedPubsub, topic_for
 from swarmnode.p2p.transport import GossipTransport
 from tests.test_p2p_swarm import TIMEOUT, Collector, batch, run, swarm_cfg, wait_for

@@ -10,8 +10,8 @@ from typing import Any
 import trio
 from libp2p.peer.id import ID
 
-from swarmnode.p2p.bridge import Counters
 from swarmnode.p2p.liveness import Liveness
+from swarmnode.share.inbox import Counters
 
 ALIVE, DEAD, MUTE, STUCK = ID(b"alive"), ID(b"dead"), ID(b"mute"), ID(b"stuck")
 

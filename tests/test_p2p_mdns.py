@@ -22,9 +22,9 @@ NODE = r"""
 import asyncio, sys, time
 from pathlib import Path
 from swarmnode.config import SwarmConfig
-from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.learn.groups import ItemRef, RolloutGroup
 from swarmnode.p2p.transport import GossipTransport
-from swarmnode.p2p.wire import encode_batch
+from swarmnode.share.wire import encode_batch
 
 async def main(ip: str, data_dir: str) -> int:
     cfg = SwarmConfig(enabled=True, name="lan", mdns=True, dht=False,

@@ -20,10 +20,10 @@ import trio
 from libp2p.peer.id import ID
 
 from swarmnode.config import ConfigError, parse_config
+from swarmnode.ops.report import format_peers, format_status
 from swarmnode.p2p.identity import create_psk
 from swarmnode.p2p.nat import split_circuit
 from swarmnode.p2p.transport import GossipTransport
-from swarmnode.report import format_peers, format_status
 from tests.helpers import batch, swarm_cfg, wait_for
 
 UNROUTABLE = "/ip4/192.0.2.1/tcp/9"  # TEST-NET-1: a dial there only times out

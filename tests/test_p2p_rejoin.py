@@ -10,7 +10,7 @@ import asyncio
 from pathlib import Path
 
 from swarmnode.p2p.transport import GossipTransport
-from swarmnode.p2p.wire import decode_batch
+from swarmnode.share.wire import decode_batch
 from tests.helpers import batch, swarm_cfg, wait_for
 
 BURST = 40  # messages the first life publishes, ten a second (gossipsub allows 30)

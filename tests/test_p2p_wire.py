@@ -7,9 +7,9 @@ import random
 import msgpack
 import pytest
 
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.p2p import wire
-from swarmnode.p2p.wire import WIRE_REASONS, WireError, decode_batch, encode_batch
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.share import wire
+from swarmnode.share.wire import WIRE_REASONS, WireError, decode_batch, encode_batch
 
 
 def group(n: int = 8, chars: int = 200, **kw: object) -> RolloutGroup:

@@ -10,9 +10,9 @@ import pytest
 import torch
 
 from swarmnode.config import parse_config
-from swarmnode.grpo import StepStats, TokenizedGroup, grpo_step
-from swarmnode.model import load_policy
-from swarmnode.trainer import Trainer
+from swarmnode.learn.grpo import StepStats, TokenizedGroup, grpo_step
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.trainer import Trainer
 from tests.helpers import tiny_config
 
 

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from swarmnode import progress as progress_mod
-from swarmnode.progress import progress
+from swarmnode.learn import progress as progress_mod
+from swarmnode.learn.progress import progress
 
 
 def test_plain_lines_without_a_terminal(
@@ -16,7 +16,10 @@ def test_plain_lines_without_a_terminal(
 ) -> None:
     monkeypatch.setattr(progress_mod, "on_terminal", lambda: False)
     monkeypatch.setattr(progress_mod, "LOG_EVERY_S", 0.0)  # a line per step
-    with caplog.at_level(logging.INFO, "swarmnode.progress"), progress("evaluating", 4) as step:
+    with (
+        caplog.at_level(logging.INFO, "swarmnode.learn.progress"),
+        progress("evaluating", 4) as step,
+    ):
         step(2)
         step(2)
     lines = [r.getMessage() for r in caplog.records]
@@ -30,7 +33,7 @@ def test_the_last_line_is_logged_when_the_work_fails(
 ) -> None:
     monkeypatch.setattr(progress_mod, "on_terminal", lambda: False)
     with (
-        caplog.at_level(logging.INFO, "swarmnode.progress"),
+        caplog.at_level(logging.INFO, "swarmnode.learn.progress"),
         pytest.raises(RuntimeError),
         progress("dequantizing", 3, "steps") as step,
     ):

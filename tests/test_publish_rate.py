@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarmnode.publish_rate import PublishRate
+from swarmnode.share.publish_rate import PublishRate
 
 
 def simulate(n: int, target: float, round_s: float = 10.0, rounds: int = 60) -> list[float]:

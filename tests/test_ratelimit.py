@@ -9,9 +9,9 @@ import random
 import msgpack
 import pytest
 
-from swarmnode.p2p.peerscore import MAX_CREDIT, PeerScores
-from swarmnode.p2p.wire import WireError, decode_batch
-from swarmnode.ratelimit import PeerBuckets, RepeatFilter, TimeShare
+from swarmnode.share.peerscore import MAX_CREDIT, PeerScores
+from swarmnode.share.ratelimit import PeerBuckets, RepeatFilter, TimeShare
+from swarmnode.share.wire import WireError, decode_batch
 
 
 class Clock:
@@ -101,7 +101,7 @@ def test_wire_version_must_be_an_exact_int() -> None:
 
 
 def test_ingest_guard_keeps_the_time_share() -> None:
-    from swarmnode.ingest_guard import IngestGuard
+    from swarmnode.share.ingest_guard import IngestGuard
 
     clock = Clock()
 

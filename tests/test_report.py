@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from swarmnode.p2p.peerscore import PeerScores
-from swarmnode.report import format_peers, format_status
+from swarmnode.ops.report import format_peers, format_status
+from swarmnode.share.peerscore import PeerScores
 
 
 def test_peers_and_status_show_scores_and_graylist() -> None:

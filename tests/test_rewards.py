@@ -7,8 +7,8 @@ import doctest
 import pytest
 import reasoning_gym
 
-from swarmnode import rewards
-from swarmnode.rewards import accuracy_reward, extract_answer, format_reward
+from swarmnode.learn import rewards
+from swarmnode.learn.rewards import accuracy_reward, extract_answer, format_reward
 
 
 def _entry(name: str, index: int = 3, **config: object) -> dict:

@@ -9,12 +9,12 @@ from pathlib import Path
 from typing import Any
 
 from swarmnode.config import SapoConfig, parse_config
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.grpo import group_advantages
-from swarmnode.ingest import Catalog, IngestQueue
-from swarmnode.model import load_policy
-from swarmnode.sampler import SwarmSampler
-from swarmnode.trainer import Trainer
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.grpo import group_advantages
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.trainer import Trainer
+from swarmnode.share.ingest import Catalog, IngestQueue
+from swarmnode.share.sampler import SwarmSampler
 from tests.helpers import CFG, SPEC, Clock, make_group, score, tiny_config
 
 

@@ -16,8 +16,8 @@ import json
 import pytest
 
 from swarmnode.config import EMBEDDED_MODEL, load_config
-from swarmnode.evaluate import probe_signal
-from swarmnode.model import load_policy
+from swarmnode.learn.evaluate import probe_signal
+from swarmnode.learn.model import load_policy
 from tests.helpers import REPO
 
 pytestmark = pytest.mark.slow

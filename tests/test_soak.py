@@ -41,13 +41,13 @@ def test_quick_soak(tiny_model_dir: Path, tmp_path: Path) -> None:
 
 
 def test_freed_memory_goes_back_to_the_os() -> None:
-    """What the node does every round (swarmnode/memory.py): after many blocks below
+    """What the node does every round (swarmnode/learn/memory.py): after many blocks below
     glibc's mmap threshold are freed, malloc_trim returns their pages."""
     import ctypes
     import ctypes.util
 
-    from swarmnode.memory import _glibc, release_free_memory, tune_allocator
-    from swarmnode.metrics import rss_mb
+    from swarmnode.learn.memory import _glibc, release_free_memory, tune_allocator
+    from swarmnode.learn.metrics import rss_mb
 
     if _glibc() is None:
         assert not tune_allocator() and not release_free_memory()
@@ -74,7 +74,7 @@ def test_threads_allocate_from_one_arena() -> None:
     (docs/memory.md). glibc's own report (malloc_stats) counts the arenas."""
     code = """
 import ctypes, threading
-from swarmnode.memory import _glibc, tune_allocator
+from swarmnode.learn.memory import _glibc, tune_allocator
 libc = _glibc()
 if libc is None:
     raise SystemExit(0)

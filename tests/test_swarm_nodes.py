@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.p2p import wire
-from swarmnode.p2p.wire import encode_batch
-from swarmnode.tasks import ref_config, regenerate
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.tasks import ref_config, regenerate
+from swarmnode.share import wire
+from swarmnode.share.wire import encode_batch
 from tests.helpers import (
     LIVE,
     Proc,

@@ -13,11 +13,11 @@ from dataclasses import replace
 import pytest
 import reasoning_gym
 
-from swarmnode import tasks
 from swarmnode.config import DatasetSpec, TasksConfig
-from swarmnode.groups import ItemRef
-from swarmnode.rewards import extract_answer, format_reward
-from swarmnode.tasks import (
+from swarmnode.learn import tasks
+from swarmnode.learn.groups import ItemRef
+from swarmnode.learn.rewards import extract_answer, format_reward
+from swarmnode.learn.tasks import (
     DEFAULT_EXAMPLES,
     DEFAULT_SYSTEM_PROMPT,
     MAX_SIZE,
@@ -103,8 +103,8 @@ def test_regeneration_is_the_same_in_another_process() -> None:
     # Peers regenerate in their own process, with their own hash seed.
     refs = _mix().sample(2, 4)
     code = (
-        "import json,sys; from swarmnode.groups import ItemRef; "
-        "from swarmnode.tasks import regenerate; "
+        "import json,sys; from swarmnode.learn.groups import ItemRef; "
+        "from swarmnode.learn.tasks import regenerate; "
         "print(json.dumps([regenerate(ItemRef(**d))['question'] for d in json.load(sys.stdin)]))"
     )
     env = {**os.environ, "PYTHONHASHSEED": "12345"}

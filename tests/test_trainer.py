@@ -8,11 +8,11 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import parse_config
-from swarmnode.generate import inference_weights, sample
-from swarmnode.groups import RolloutGroup
-from swarmnode.grpo import completion_logprobs, group_advantages
-from swarmnode.model import load_policy
-from swarmnode.trainer import Trainer
+from swarmnode.learn.generate import inference_weights, sample
+from swarmnode.learn.groups import RolloutGroup
+from swarmnode.learn.grpo import completion_logprobs, group_advantages
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.trainer import Trainer
 from tests.helpers import tiny_config
 
 
@@ -185,7 +185,7 @@ def _logprobs_with_copies(
     logits concatenated and divided (two more copies of them); the reference."""
     from transformers import DynamicCache
 
-    from swarmnode.generate import with_cache
+    from swarmnode.learn.generate import with_cache
 
     n, width = len(comps), max(len(c) for c in comps)
     comp = torch.full((n, width), pad, dtype=torch.long)
@@ -236,7 +236,7 @@ def test_update_logprobs_and_grads_unchanged_by_the_memory_saving(
 def test_prompt_memo_is_bounded(tiny_model_dir: Path, tmp_path: Path) -> None:
     """The prompt-ids memo keeps the last PROMPT_CACHE questions, so a node's memory
     does not grow with the rounds (docs/memory.md); a recent question is a hit."""
-    from swarmnode.trainer import PROMPT_CACHE
+    from swarmnode.learn.trainer import PROMPT_CACHE
 
     trainer = _trainer(tiny_model_dir, tmp_path)
     first = trainer.prompt_ids("What is 0 + 1?")

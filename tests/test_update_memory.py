@@ -21,9 +21,9 @@ from pathlib import Path
 import torch
 
 from swarmnode.config import parse_config
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.model import load_policy
-from swarmnode.trainer import Trainer
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.trainer import Trainer
 from tests.helpers import tiny_config
 
 RSS_BUDGET_MIB = 48  # how far one peer group may raise the peak above a round of our own

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-import swarmnode.ingest as ingest
+import swarmnode.share.ingest as ingest
 from swarmnode.config import SapoConfig
-from swarmnode.groups import ItemRef
-from swarmnode.ingest import Catalog, IngestQueue
-from swarmnode.p2p.peerscore import PeerScores
-from swarmnode.sampler import MAX_DRAWS_PER_SLOT, SwarmSampler
-from swarmnode.tasks import HELDOUT_SEED
+from swarmnode.learn.groups import ItemRef
+from swarmnode.learn.tasks import HELDOUT_SEED
+from swarmnode.share.ingest import Catalog, IngestQueue
+from swarmnode.share.peerscore import PeerScores
+from swarmnode.share.sampler import MAX_DRAWS_PER_SLOT, SwarmSampler
 from tests.helpers import CFG, SPEC, Clock, make_group, score
 
 

@@ -60,7 +60,7 @@ def warm_up(model: torch.nn.Module, tok: PreTrainedTokenizerFast, steps: int) ->
     rollout groups then carry a real reward signal."""
     import random
 
-    from swarmnode.tasks import build_messages
+    from swarmnode.learn.tasks import build_messages
 
     rng = random.Random(0)
     texts = []

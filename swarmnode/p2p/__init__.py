@@ -1,10 +1,12 @@
-"""Networking: libp2p gossip of rollout batches between swarmnode peers.
+"""libp2p: one implementation of ``share.transport.Transport`` (gossipsub over noise/yamux).
 
-Modules: ``identity`` (keys on disk), ``wire`` (the message schema), ``gossip``
-(topic, protocol ids, hardened pubsub), ``bridge`` (bounded asyncio <-> trio
-hand-off), ``host`` (the trio-side libp2p node), ``transport`` (``GossipTransport``,
-the libp2p ``swarmnode.transport.Transport``).
+Modules: ``transport`` (``GossipTransport``, the asyncio handle), ``host`` (the
+trio-side host), ``gossip`` (topic, protocol ids, hardened pubsub), ``framing`` (paced
+stream reads), ``netshare`` (the CPU cap outside training), ``bridge`` (the asyncio ->
+trio outbox), ``discovery`` and ``lookup_pacer`` (bootstrap, DHT, dialling),
+``liveness``, ``nat`` / ``relay`` / ``holepunch`` / ``autonat`` (crossing NAT),
+``identity`` (key files), ``yamux_window`` / ``yamux_write`` (py-libp2p overrides).
 
-Import ``GossipTransport`` from ``swarmnode.p2p.transport``; this package file stays
-import-light so ``swarmnode --help`` never loads libp2p.
+Invariant: imports ``share`` (and ``config``), never the reverse. This package file
+stays import-light so ``swarmnode --help`` never loads libp2p.
 """

@@ -41,7 +41,7 @@ from libp2p.peer.id import ID
 from libp2p.security.pnet.protector import new_protected_conn
 from libp2p.utils.varint import encode_varint_prefixed, read_varint_prefixed_bytes_limited
 
-from swarmnode.p2p.bridge import Counters
+from swarmnode.share.inbox import Counters
 
 log = logging.getLogger("swarmnode.p2p")
 

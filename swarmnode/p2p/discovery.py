@@ -33,9 +33,9 @@ from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
 
 from swarmnode.config import SwarmConfig
-from swarmnode.p2p.bridge import Counters
 from swarmnode.p2p.lookup_pacer import LookupPacer
 from swarmnode.p2p.nat import NatTraversal
+from swarmnode.share.inbox import Counters
 
 log = logging.getLogger("swarmnode.p2p")
 

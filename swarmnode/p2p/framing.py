@@ -45,9 +45,9 @@ import trio
 from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
 from libp2p.network.stream.exceptions import StreamEOF
 
-from swarmnode.p2p.bridge import Counters
 from swarmnode.p2p.netshare import NetShare
-from swarmnode.ratelimit import PeerBuckets, Tenure
+from swarmnode.share.inbox import Counters
+from swarmnode.share.ratelimit import PeerBuckets, Tenure
 
 CHUNK = 64 * 1024
 

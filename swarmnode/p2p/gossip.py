@@ -56,14 +56,15 @@ from libp2p.pubsub import pubsub as libp2p_pubsub
 from libp2p.pubsub.gossipsub import PROTOCOL_ID, PROTOCOL_ID_V11, PROTOCOL_ID_V12, GossipSub
 from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.score import ScoreParams, TopicScoreParams
 from libp2p.pubsub.utils import maybe_consume_signed_record
 from libp2p.pubsub.validators import signature_validator
 
 from swarmnode.p2p.autonat import is_relayed
-from swarmnode.p2p.bridge import Counters
 from swarmnode.p2p.framing import FrameReader, ReadBudget
-from swarmnode.p2p.peerscore import PeerScores
-from swarmnode.ratelimit import PeerBuckets
+from swarmnode.share.inbox import Counters
+from swarmnode.share.peerscore import PeerScores
+from swarmnode.share.ratelimit import PeerBuckets
 
 log = logging.getLogger("swarmnode.p2p")
 
@@ -385,3 +386,26 @@ class HardenedPubsub(Pubsub):
                 send.send_nowait(publish_message)
             except trio.WouldBlock:
                 self._counters.add("dropped.subscription_full")
+
+
+def gossipsub_score_params(scores: PeerScores) -> ScoreParams:
+    """py-libp2p ``ScoreParams`` with our scores as P6 and its own P4 (invalid messages).
+
+    Thresholds sit at ``graylist_score``: a peer below it is refused GRAFTs, gets no
+    gossip and is not chosen for the mesh by gossipsub itself."""
+
+    def app_score(peer: ID) -> float:
+        return scores.score(peer.to_base58())
+
+    return ScoreParams(
+        # py-libp2p calls on_invalid_message when our topic validator refuses one;
+        # decay is per heartbeat (1 s): 0.99 is a ~70 s half-life.
+        p4_invalid_messages=TopicScoreParams(weight=1.0, cap=1000.0, decay=0.99),
+        p6_appl_slack_weight=1.0,
+        p6_appl_slack_decay=1.0,
+        publish_threshold=scores.graylist_score,
+        gossip_threshold=scores.graylist_score,
+        graylist_threshold=scores.graylist_score,
+        accept_px_threshold=scores.graylist_score / 10,
+        app_specific_score_fn=app_score,
+    )

@@ -30,7 +30,7 @@ from libp2p.rcmgr.metrics import Direction
 from libp2p.relay.circuit_v2.dcutr import MAX_HOLE_PUNCH_ATTEMPTS, DCUtRProtocol
 
 from swarmnode.p2p.autonat import is_relayed
-from swarmnode.p2p.bridge import Counters
+from swarmnode.share.inbox import Counters
 
 log = logging.getLogger("swarmnode.p2p")
 

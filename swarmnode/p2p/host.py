@@ -56,22 +56,25 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 from libp2p.tools.anyio_service import background_trio_service
 
 from swarmnode.config import SwarmConfig
-from swarmnode.p2p.bridge import Counters, Inbox, Outbox, Received
+from swarmnode.p2p.bridge import Outbox
 from swarmnode.p2p.discovery import Discovery
 from swarmnode.p2p.gossip import (
     GOSSIP_PROTOCOLS,
     MAX_RPC_BYTES,
     HardenedPubsub,
     QuietGossipSub,
+    gossipsub_score_params,
     topic_for,
 )
 from swarmnode.p2p.liveness import Liveness
 from swarmnode.p2p.nat import NatTraversal
-from swarmnode.p2p.peerscore import PeerScores, gossipsub_score_params
-from swarmnode.p2p.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, Batch, WireError, decode_batch
 from swarmnode.p2p.yamux_window import install as half_window_credit
 from swarmnode.p2p.yamux_write import install as whole_writes
-from swarmnode.ratelimit import PeerBuckets, quiet_network_logs
+from swarmnode.share.inbox import Counters, Inbox
+from swarmnode.share.peerscore import PeerScores
+from swarmnode.share.ratelimit import PeerBuckets, quiet_network_logs
+from swarmnode.share.transport import Received
+from swarmnode.share.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, Batch, WireError, decode_batch
 
 log = logging.getLogger("swarmnode.p2p")
 half_window_credit()  # yamux credit in half-window steps, as go-yamux (yamux_window)

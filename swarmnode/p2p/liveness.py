@@ -37,7 +37,7 @@ from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.host.ping import perform_ping_roundtrip
 from libp2p.peer.id import ID
 
-from swarmnode.p2p.bridge import Counters
+from swarmnode.share.inbox import Counters
 
 log = logging.getLogger("swarmnode.p2p")
 

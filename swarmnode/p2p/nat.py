@@ -51,9 +51,9 @@ from libp2p.tools.anyio_service import background_trio_service
 
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.autonat import PUBLIC, Reachability, is_relayed
-from swarmnode.p2p.bridge import Counters
 from swarmnode.p2p.holepunch import ListenerDrivenDCUtR
 from swarmnode.p2p.relay import RelayService
+from swarmnode.share.inbox import Counters
 
 log = logging.getLogger("swarmnode.p2p")
 # py-libp2p's relay service logs the normal end of every HOP stream and circuit (EOF,

@@ -39,7 +39,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from swarmnode.ratelimit import Clock, TokenBucket
+from swarmnode.share.ratelimit import Clock, TokenBucket
 
 TICK_S = 1.0
 TAU_S = 5.0

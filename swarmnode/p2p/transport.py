@@ -1,7 +1,7 @@
 """GossipTransport: the asyncio node's handle on the libp2p swarm.
 
 Role: start the libp2p host (``host.P2PHost``) in a dedicated trio thread and expose
-it as a ``swarmnode.transport.Transport``: ``start``, ``publish``, ``receive``,
+it as a ``swarmnode.share.transport.Transport``: ``start``, ``publish``, ``receive``,
 ``drain``, ``stats``, ``stop``.
 
 Why a dedicated trio thread and not trio guest mode on the uvloop loop: in guest
@@ -39,12 +39,13 @@ from typing import Any
 import trio
 
 from swarmnode.config import SwarmConfig
-from swarmnode.p2p.bridge import Counters, Inbox, Outbox
+from swarmnode.p2p.bridge import Outbox
 from swarmnode.p2p.host import HostInfo, P2PHost
 from swarmnode.p2p.identity import identity_path, load_or_create_identity, load_psk
-from swarmnode.p2p.peerscore import PeerScores
-from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, WireError
-from swarmnode.transport import Received, Transport, TransportError
+from swarmnode.share.inbox import Counters, Inbox
+from swarmnode.share.peerscore import PeerScores
+from swarmnode.share.transport import Received, Transport, TransportError
+from swarmnode.share.wire import MAX_MESSAGE_BYTES, WireError
 
 log = logging.getLogger("swarmnode.p2p")
 

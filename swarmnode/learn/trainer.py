@@ -32,13 +32,13 @@ from typing import Any
 import torch
 
 from swarmnode.config import Config
-from swarmnode.generate import inference_weights, sample
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.grpo import StepStats, TokenizedGroup, group_advantages, grpo_step
-from swarmnode.interrupt import stop_points
-from swarmnode.model import Policy, sampling_dtype
-from swarmnode.rewards import make_scorer
-from swarmnode.tasks import TaskMix, build_messages
+from swarmnode.learn.generate import inference_weights, sample
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.grpo import StepStats, TokenizedGroup, group_advantages, grpo_step
+from swarmnode.learn.interrupt import stop_points
+from swarmnode.learn.model import Policy, sampling_dtype
+from swarmnode.learn.rewards import make_scorer
+from swarmnode.learn.tasks import TaskMix, build_messages
 
 PROMPT_CACHE = 64  # questions whose prompt ids are kept (more than one round's)
 

@@ -56,7 +56,7 @@ from typing import Any
 
 import msgpack
 
-from swarmnode.groups import ItemRef, RolloutGroup
+from swarmnode.learn.groups import ItemRef, RolloutGroup
 
 WIRE_VERSION = 2  # what a node sends unless its groups carry log-probs
 LOGPROBS_VERSION = 3

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 from swarmnode.errors import SwarmnodeError
 
 if TYPE_CHECKING:
-    from swarmnode.transport import Transport
+    from swarmnode.share.transport import Transport
 
-log = logging.getLogger("swarmnode.control")
+log = logging.getLogger("swarmnode.ops.control")
 
 SOCKET_NAME = "control.sock"
 MAX_REQUEST = 256

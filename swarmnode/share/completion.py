@@ -32,8 +32,8 @@ from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
-from swarmnode.groups import RolloutGroup
-from swarmnode.rewards import format_reward
+from swarmnode.learn.groups import RolloutGroup
+from swarmnode.learn.rewards import format_reward
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,7 @@ def complete_group(
     Returns (group, number of merged completions); the group is returned unchanged
     (and 0) when it has signal already or no peer answered better.
 
-    >>> from swarmnode.groups import ItemRef
+    >>> from swarmnode.learn.groups import ItemRef
     >>> ref = ItemRef("chain_sum", {"size": 10}, 1, 0)
     >>> mine = RolloutGroup(ref, "1+1?", ["3", "4"], [0.0, 0.0], completion_ids=[[3], [4]])
     >>> book = AnswerBook()

@@ -9,7 +9,7 @@ Invariants (those of ``transport.Transport``, kept the same way):
   (gossipsub does not echo our own messages to us either).
 - Delivery applies the validator the gossip host applies (``wire.decode_batch`` and
   the swarm name); a refused message is counted under ``rejected`` by reason.
-- Each inbox is the gossip transport's own ``bridge.Inbox``: at most ``inbox_size``
+- Each inbox is the same ``share.inbox.Inbox`` the gossip transport uses: at most ``inbox_size``
   messages, the oldest dropped and counted (``inbox_dropped``) when full.
 - ``crash()`` makes a member die as the libp2p thread can: ``running`` turns False,
   and ``stop`` raises ``TransportError``.
@@ -22,10 +22,10 @@ import asyncio
 import time
 from typing import Any
 
-from swarmnode.p2p.bridge import Counters, Inbox
-from swarmnode.p2p.peerscore import PeerScores
-from swarmnode.p2p.wire import MAX_MESSAGE_BYTES, WireError, decode_batch
-from swarmnode.transport import Received, Transport, TransportError
+from swarmnode.share.inbox import Counters, Inbox
+from swarmnode.share.peerscore import PeerScores
+from swarmnode.share.transport import Received, Transport, TransportError
+from swarmnode.share.wire import MAX_MESSAGE_BYTES, WireError, decode_batch
 
 
 class MemoryNetwork:

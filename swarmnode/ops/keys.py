@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from swarmnode.config import Config
-from swarmnode.control import ControlError, query_status
+from swarmnode.ops.control import ControlError, query_status
 from swarmnode.p2p.identity import (
     PSK_FILE,
     create_psk,

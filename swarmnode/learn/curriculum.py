@@ -25,8 +25,8 @@ from collections import deque
 from collections.abc import Mapping, Sequence
 
 from swarmnode.config import CurriculumConfig
-from swarmnode.groups import RolloutGroup
-from swarmnode.tasks import TaskMix
+from swarmnode.learn.groups import RolloutGroup
+from swarmnode.learn.tasks import TaskMix
 
 log = logging.getLogger(__name__)
 

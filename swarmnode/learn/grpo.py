@@ -53,8 +53,8 @@ import torch
 from transformers import DynamicCache
 
 from swarmnode.config import TrainConfig
-from swarmnode.generate import with_cache
-from swarmnode.groups import SIGNAL_MIN_STD, reward_std
+from swarmnode.learn.generate import with_cache
+from swarmnode.learn.groups import SIGNAL_MIN_STD, reward_std
 
 
 @dataclass

@@ -31,16 +31,16 @@ from typing import Any
 
 import torch
 
-from swarmnode.checkpoint import Checkpointer
 from swarmnode.config import Config
-from swarmnode.generate import inference_weights, sample
-from swarmnode.groups import ItemRef
-from swarmnode.grpo import group_advantages
-from swarmnode.model import load_policy
-from swarmnode.progress import progress
-from swarmnode.rewards import accuracy_reward, extract_answer
-from swarmnode.tasks import HELDOUT_SEED, TaskMix, ref_config
-from swarmnode.trainer import Trainer
+from swarmnode.learn.checkpoint import Checkpointer
+from swarmnode.learn.generate import inference_weights, sample
+from swarmnode.learn.groups import ItemRef
+from swarmnode.learn.grpo import group_advantages
+from swarmnode.learn.model import load_policy
+from swarmnode.learn.progress import progress
+from swarmnode.learn.rewards import accuracy_reward, extract_answer
+from swarmnode.learn.tasks import HELDOUT_SEED, TaskMix, ref_config
+from swarmnode.learn.trainer import Trainer
 
 COLLAPSE_SHARE = 0.8  # one answer for this share of a dataset's items = collapsed
 

@@ -17,8 +17,8 @@ from collections import Counter, deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.rewards import extract_answer
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.rewards import extract_answer
 
 
 def label(ref: ItemRef) -> str:
@@ -59,7 +59,7 @@ class CollapseWatch:
     def collapsed(self) -> list[str]:
         """Datasets whose recent answers are (nearly) one constant while truths vary.
 
-        >>> from swarmnode.groups import ItemRef
+        >>> from swarmnode.learn.groups import ItemRef
         >>> truths = {0: "1", 1: "2", 2: "3"}
         >>> watch = CollapseWatch(lambda ref: {"answer": truths[ref.index]}, window=8)
         >>> refs = [ItemRef("count_bits", {"size": 3}, 0, i) for i in range(3)]

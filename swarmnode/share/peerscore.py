@@ -129,28 +129,3 @@ class PeerScores:
         return {
             k: {"score": round(s, 2), "graylisted": g, "verdicts": v} for s, k, g, v in rows[:limit]
         }
-
-
-def gossipsub_score_params(scores: PeerScores) -> Any:
-    """py-libp2p ``ScoreParams`` with our scores as P6 and its own P4 (invalid messages).
-
-    Thresholds sit at ``graylist_score``: a peer below it is refused GRAFTs, gets no
-    gossip and is not chosen for the mesh by gossipsub itself."""
-    from libp2p.peer.id import ID
-    from libp2p.pubsub.score import ScoreParams, TopicScoreParams
-
-    def app_score(peer: ID) -> float:
-        return scores.score(peer.to_base58())
-
-    return ScoreParams(
-        # py-libp2p calls on_invalid_message when our topic validator refuses one;
-        # decay is per heartbeat (1 s): 0.99 is a ~70 s half-life.
-        p4_invalid_messages=TopicScoreParams(weight=1.0, cap=1000.0, decay=0.99),
-        p6_appl_slack_weight=1.0,
-        p6_appl_slack_decay=1.0,
-        publish_threshold=scores.graylist_score,
-        gossip_threshold=scores.graylist_score,
-        graylist_threshold=scores.graylist_score,
-        accept_px_threshold=scores.graylist_score / 10,
-        app_specific_score_fn=app_score,
-    )

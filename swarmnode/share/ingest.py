@@ -44,11 +44,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmnode.completion import AnswerBook
 from swarmnode.config import DatasetSpec, SapoConfig
-from swarmnode.groups import ItemRef, RolloutGroup
-from swarmnode.rewards import Scorer
-from swarmnode.tasks import HELDOUT_SEED, TaskError, level_configs, regenerate
+from swarmnode.learn.groups import ItemRef, RolloutGroup
+from swarmnode.learn.rewards import Scorer
+from swarmnode.learn.tasks import HELDOUT_SEED, TaskError, level_configs, regenerate
+from swarmnode.share.completion import AnswerBook
 
 REASONS = (
     "heldout",

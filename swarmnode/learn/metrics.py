@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from swarmnode.groups import RolloutGroup
+from swarmnode.learn.groups import RolloutGroup
 
 
 def _now() -> float:

@@ -23,8 +23,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from swarmnode.groups import RolloutGroup
-from swarmnode.ratelimit import TimeShare
+from swarmnode.learn.groups import RolloutGroup
+from swarmnode.share.ratelimit import TimeShare
 
 
 class _Queue(Protocol):

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from swarmnode.metrics import RoundRecord, rss_mb
+from swarmnode.learn.metrics import RoundRecord, rss_mb
 
 if TYPE_CHECKING:
     from swarmnode.bootstrap import BootstrapNode
@@ -94,7 +94,7 @@ def _network(transport: Any) -> dict[str, Any]:
 
 
 def _checkpoint_age(node: Node) -> float | None:
-    from swarmnode.checkpoint import Checkpointer  # imports torch: never for a bootstrap node
+    from swarmnode.learn.checkpoint import Checkpointer  # imports torch: never for a bootstrap node
 
     found = Checkpointer(node.data_dir / "checkpoints").checkpoints()
     return round(time.time() - found[0][1].stat().st_mtime, 1) if found else None

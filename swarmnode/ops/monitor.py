@@ -7,7 +7,7 @@ serving, for GET only:
   registry of this daemon alone (``monitor_view.ViewCollector``) plus the standard
   process metrics;
 - ``/``, ``/static/<file>``: the dashboard, files shipped in the package
-  (``swarmnode/dashboard``), so it works with no outside network;
+  (``swarmnode/ops/dashboard``), so it works with no outside network;
 - ``/api/state``: the JSON the page polls (``monitor_view.node_view``).
 
 Invariants:
@@ -34,9 +34,9 @@ from prometheus_client.exposition import generate_latest
 
 from swarmnode.config import MonitorConfig
 from swarmnode.errors import SwarmnodeError
-from swarmnode.monitor_view import ViewCollector
+from swarmnode.ops.monitor_view import ViewCollector
 
-log = logging.getLogger("swarmnode.monitor")
+log = logging.getLogger("swarmnode.ops.monitor")
 
 STATIC = {  # file -> content type: the whole dashboard
     "index.html": "text/html",
@@ -60,7 +60,7 @@ class MonitorError(SwarmnodeError):
 
 
 def dashboard_file(name: str) -> bytes:
-    return (resources.files("swarmnode") / "dashboard" / name).read_bytes()
+    return (resources.files("swarmnode.ops") / "dashboard" / name).read_bytes()
 
 
 def finite(value: Any) -> Any:

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from swarmnode.groups import RolloutGroup
+from swarmnode.learn.groups import RolloutGroup
 
 MAX_PEERS = 256
 MAX_ROUNDS = 200
@@ -60,7 +60,7 @@ class PeerBook:
     def heard(self, peer: str, round_index: int, groups: Sequence[RolloutGroup]) -> None:
         """A decoded message from ``peer``: its round, claimed rewards and model.
 
-        >>> from swarmnode.groups import ItemRef
+        >>> from swarmnode.learn.groups import ItemRef
         >>> g = RolloutGroup(ItemRef("d", {}, 0, 0), "q", ["a", "b"], [1.0, 0.0], model="m")
         >>> book = PeerBook(clock=lambda: 5.0)
         >>> book.heard("P", 3, [g]); book.verdicts("P", 1, 1)

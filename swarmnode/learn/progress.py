@@ -2,7 +2,7 @@
 
 Role: ``progress(what, total, unit)`` is a context manager yielding ``step(n, note)``.
 On a terminal (stderr is a TTY) it draws a rich progress bar on stderr; anywhere else
-(a daemon's log, a pipe, CI) it logs plain lines on the ``swarmnode.progress`` logger.
+(a daemon's log, a pipe, CI) it logs plain lines on the ``swarmnode.learn.progress`` logger.
 
 Invariants:
 - At most one plain line per ``LOG_EVERY_S`` seconds, plus the first and the last, so
@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-log = logging.getLogger("swarmnode.progress")
+log = logging.getLogger("swarmnode.learn.progress")
 
 LOG_EVERY_S = 10.0
 

@@ -24,8 +24,8 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 from swarmnode.errors import SwarmnodeError
 
 if TYPE_CHECKING:
-    from swarmnode.p2p.peerscore import PeerScores
-    from swarmnode.p2p.wire import Batch
+    from swarmnode.share.peerscore import PeerScores
+    from swarmnode.share.wire import Batch
 
 
 class TransportError(SwarmnodeError):

@@ -33,7 +33,7 @@ from functools import lru_cache
 from typing import Any
 
 from swarmnode.config import DatasetSpec, TasksConfig
-from swarmnode.groups import ItemRef
+from swarmnode.learn.groups import ItemRef
 
 # Held-out items (evaluate.py) use this seed; training seeds are below 2**31 and
 # ingestion refuses peers' groups at or above it.

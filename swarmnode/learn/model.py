@@ -29,7 +29,7 @@ from transformers.tokenization_utils_base import PreTrainedTokenizerBase
 
 from swarmnode.config import EMBEDDED_MODEL, LoraConfig, ModelConfig
 from swarmnode.errors import SwarmnodeError
-from swarmnode.progress import progress
+from swarmnode.learn.progress import progress
 
 log = logging.getLogger(__name__)
 

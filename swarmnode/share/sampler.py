@@ -51,9 +51,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from swarmnode.config import SapoConfig
-from swarmnode.groups import RolloutGroup, reward_std
-from swarmnode.ingest import Entry, IngestQueue
-from swarmnode.ratelimit import Tenure
+from swarmnode.learn.groups import RolloutGroup, reward_std
+from swarmnode.share.ingest import Entry, IngestQueue
+from swarmnode.share.ratelimit import Tenure
 
 MIN_TENURE_WEIGHT = 1e-3  # a brand-new peer still fills slots nobody else can
 MAX_DRAWS_PER_SLOT = 4  # verify: when_drawn: tries per external slot, then a shortfall

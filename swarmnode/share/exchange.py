@@ -36,7 +36,7 @@ Invariants:
   would be worse than one that stops; the daemon checkpoints and exits 1.
 - With ``swarm.target_msgs_per_s`` set, a round is published only on
   ``PublishRate``'s coin (``published.rounds_skipped`` counts the others), so a
-  large swarm's total traffic stays near the target (swarmnode/publish_rate.py).
+  large swarm's total traffic stays near the target (swarmnode/share/publish_rate.py).
 - A batch that does not encode is halved until it does; a single group that still
   cannot be sent is dropped and counted (``publish_dropped``), never fatal.
 - With J = 0 in a swarm, groups are still verified (cheap: see scripts/bench_swarm.py),
@@ -56,17 +56,17 @@ from typing import Any
 
 from swarmnode.config import Config
 from swarmnode.errors import SwarmnodeError
-from swarmnode.groups import RolloutGroup
-from swarmnode.ingest import IngestQueue
-from swarmnode.ingest_guard import IngestGuard
-from swarmnode.metrics import RoundRecord
-from swarmnode.p2p.wire import WireError, decode_batch, encode_batch
-from swarmnode.publish_rate import PublishRate
-from swarmnode.swarmview import PeerBook
-from swarmnode.tasks import preload
-from swarmnode.transport import Transport, TransportError
+from swarmnode.learn.groups import RolloutGroup
+from swarmnode.learn.metrics import RoundRecord
+from swarmnode.learn.tasks import preload
+from swarmnode.share.ingest import IngestQueue
+from swarmnode.share.ingest_guard import IngestGuard
+from swarmnode.share.publish_rate import PublishRate
+from swarmnode.share.swarmview import PeerBook
+from swarmnode.share.transport import Transport, TransportError
+from swarmnode.share.wire import WireError, decode_batch, encode_batch
 
-log = logging.getLogger("swarmnode.exchange")
+log = logging.getLogger("swarmnode.share.exchange")
 
 POLL_S = 1.0  # how often the pump wakes without messages (checks the transport)
 SLOW_OFFER_S = 30.0  # an offer slower than this is logged

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from swarmnode.metrics import RoundRecord
+from swarmnode.learn.metrics import RoundRecord
 
 
 def _counts(d: dict[str, Any] | None) -> str:

@@ -28,9 +28,9 @@ from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 from libp2p.utils.varint import encode_uvarint
 from multiaddr import Multiaddr
 
-from swarmnode.share import wire
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, HardenedPubsub, topic_for
 from swarmnode.p2p.transport import GossipTransport
+from swarmnode.share import wire
 from tests.test_p2p_swarm import TIMEOUT, Collector, batch, run, swarm_cfg, wait_for
 
 TOPIC = topic_for("default")

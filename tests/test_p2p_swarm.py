@@ -12,9 +12,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from swarmnode.share import wire
 from swarmnode.p2p.identity import create_psk
 from swarmnode.p2p.transport import GossipTransport
+from swarmnode.share import wire
 from swarmnode.share.wire import decode_batch
 from tests.helpers import P2P_TIMEOUT as TIMEOUT
 from tests.helpers import batch, raw_peer, swarm_cfg, wait_for

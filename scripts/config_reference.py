@@ -1,7 +1,7 @@
 """Print the config reference (every field, its type, default and meaning) as Markdown.
 
-The README's "Config reference" section is this script's output; a test keeps them equal.
-Run: python scripts/config_reference.py [--write]  (--write updates README.md in place)
+docs/config.md's table is this script's output; tests/test_readme.py keeps them equal.
+Run: python scripts/config_reference.py [--write]  (--write updates docs/config.md in place)
 """
 
 from __future__ import annotations
@@ -59,9 +59,9 @@ def reference() -> str:
 START, END = "<!-- config-reference:start -->", "<!-- config-reference:end -->"
 
 
-def splice(readme: str) -> str:
-    """The README text with its reference section replaced by the current table."""
-    head, _, rest = readme.partition(START)
+def splice(page: str) -> str:
+    """The page's text with its reference section replaced by the current table."""
+    head, _, rest = page.partition(START)
     _, _, tail = rest.partition(END)
     return f"{head}{START}\n{reference()}\n{END}{tail}"
 
@@ -71,7 +71,7 @@ if __name__ == "__main__":
     from pathlib import Path
 
     if sys.argv[1:] == ["--write"]:
-        path = Path(__file__).resolve().parents[1] / "README.md"
+        path = Path(__file__).resolve().parents[1] / "docs" / "config.md"
         path.write_text(splice(path.read_text(encoding="utf-8")), encoding="utf-8")
     else:
         print(reference())

@@ -44,7 +44,7 @@ from swarmnode.share.wire import decode_batch  # noqa: E402
 
 def payloads(n: int, groups: int) -> list[bytes]:
     """``n`` wire messages of ``groups`` distinct catalog groups each (bench_flood's)."""
-    pool = flood_pool(100, n * groups)
+    pool = flood_pool(5000, 100, n * groups)  # task seed 5100, as before --flood-seed
     return [flood_payload(pool, i, groups) for i in range(n)]
 
 

@@ -105,7 +105,7 @@ def run_forwarder(
     half_window_credit()  # yamux credit as a swarmnode peer returns it
     whole_writes()  # and its writes whole (a stock py-libp2p host can splice them)
     info = info_from_p2p_addr(Multiaddr(target))
-    pool = flood_pool(100 + proc, 2000)
+    pool = flood_pool(5000, 100 + proc, 2000)  # task seed 5100 + proc, as before --flood-seed
     keys = [create_new_key_pair() for _ in range(identities)]
     ids = [ID.from_pubkey(k.public_key).to_bytes() for k in keys]
     figures = {"sent": 0, "failed": 0, "bytes": 0, "skipped": 0}

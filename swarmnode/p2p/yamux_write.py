@@ -10,7 +10,7 @@ the reader then gets the first part of one message followed by another, and pars
 garbage. Gossipsub writes to a peer from more than one task (the per-peer send loop,
 and the catch-up of recent messages a newly subscribed peer is sent), so a node that
 had to wait for a slow reader's credit sent its peers corrupt RPCs: a stock py-libp2p
-peer's host died on the DecodeError (``bench_scale.py`` forwarders, session 14), a
+peer's host died on the DecodeError (``bench_scale.py`` forwarders, 2026-12-01), a
 swarmnode peer resets the stream and charges the honest sender a protocol fault.
 go-yamux holds its write lock for the whole ``Write``; this module does the same.
 

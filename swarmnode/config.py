@@ -130,6 +130,16 @@ class TasksConfig(_Section):
         None, description="Override the default system prompt that fixes the answer format."
     )
     curriculum: CurriculumConfig = Field(default_factory=CurriculumConfig)
+    heldout_percent: int = Field(
+        10,
+        ge=0,
+        le=50,
+        description="Share of the question space held out, by the question's text: a "
+        "question is held out when int(sha256(text)[:8], 16) % 100 < this. No node with "
+        "the same setting trains on one (own draws and the shared schedule skip them, "
+        "peers' groups for them are refused as 'heldout'); 'swarmnode eval' scores only "
+        "them. 0 = no partition (eval then uses its own seed's items).",
+    )
 
     @model_validator(mode="after")
     def _unique_names(self) -> TasksConfig:
@@ -465,6 +475,17 @@ class SapoConfig(_Section):
         "served: a flood of fresh identities cannot take an established peer's external "
         "slots. 0 = every peer weighs the same from its first group.",
     )
+    self_replay: bool = Field(
+        False,
+        description="Fill the update's slots that this round's own groups with signal "
+        "and peers' groups leave empty with this node's own recent groups that had signal "
+        "(only their better-than-group completions are trained, as peers' are): a node "
+        "alone then updates on as many groups as a sharing one.",
+    )
+    replay_size: int = Field(
+        64, ge=1, le=4096, description="Self-replay buffer bound, in groups (oldest out)."
+    )
+    replay_uses: int = Field(4, ge=1, le=64, description="Most updates one group is replayed into.")
     publish: bool = Field(True, description="Publish this node's groups to the swarm.")
     freshness_s: float = Field(
         900.0, gt=0, description="External groups older than this are dropped, seconds."

@@ -51,13 +51,16 @@ from swarmnode.learn.curriculum import Curriculum
 from swarmnode.learn.generate import GenerationCancelled
 from swarmnode.learn.memory import release_free_memory, tune_allocator
 from swarmnode.learn.metrics import (
+    JsonLines,
     MetricsLog,
     RoundRecord,
     progress_line,
     read_rounds,
     reward_summary,
     rss_mb,
+    trained_items,
 )
+from swarmnode.learn.replay import ReplayBuffer
 from swarmnode.learn.rewards import make_scorer
 from swarmnode.learn.tasks import SharedSchedule
 from swarmnode.learn.trainer import Trainer
@@ -143,15 +146,24 @@ class Node:
         self.completer: GroupCompleter | None = None  # made once the tokenizer is loaded
         self.curriculum: Curriculum | None = None  # made once the task mix exists
         self.collapse: CollapseWatch | None = None  # own answers per dataset, bounded
+        self._items: JsonLines | None = None  # trained_items.jsonl, open while running
         queue: IngestQueue | None = None
         if self.transport is not None:
             scorer = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
             catalog = Catalog([*cfg.tasks.datasets, *cfg.sapo.extra_catalog])
+            held = cfg.tasks.heldout_percent
             if cfg.sapo.complete_groups:
-                self.answers = AnswerBook()
-            queue = IngestQueue(cfg.sapo, catalog, scorer, answers=self.answers)
+                self.answers = AnswerBook(heldout_percent=held)
+            queue = IngestQueue(
+                cfg.sapo, catalog, scorer, answers=self.answers, heldout_percent=held
+            )
             self.exchange = RolloutExchange(cfg, self.transport, queue, self.stop.set)
-        self.sampler = SwarmSampler(cfg.sapo, queue, seed=cfg.train.seed)
+        self.replay = (
+            ReplayBuffer(cfg.sapo.replay_size, cfg.sapo.replay_uses, cfg.sapo.freshness_s)
+            if cfg.sapo.self_replay
+            else None
+        )
+        self.sampler = SwarmSampler(cfg.sapo, queue, seed=cfg.train.seed, replay=self.replay)
         # All model work on one long-lived thread: torch keeps per-thread state, and
         # a new thread per call would grow one malloc arena each (RSS creep).
         self._executor = ThreadPoolExecutor(1, thread_name_prefix=TRAINER_THREAD)
@@ -192,10 +204,12 @@ class Node:
         ckpt = Checkpointer(self.data_dir / "checkpoints", keep=self.cfg.checkpoint.keep)
         saved = 0
         metrics: MetricsLog | None = None
+        items: JsonLines | None = None
         try:
             dump_config(self.cfg, self.data_dir / "config.resolved.yaml")
             self.monitor = await start_monitor(self.cfg.monitor, lambda: node_view(self))
             metrics = MetricsLog(self.data_dir / "metrics.jsonl")
+            items = self._items = JsonLines(self.data_dir / "trained_items.jsonl")
             if self.exchange is not None:
                 await self.exchange.start()  # peers may connect while the model loads
             self.state = "loading"
@@ -239,8 +253,9 @@ class Node:
                 if trainer is not None and self.round > saved:
                     await self._work(self._save, ckpt, trainer)
             finally:
-                if metrics is not None:
-                    metrics.close()
+                for log_file in (metrics, items):
+                    if log_file is not None:
+                        log_file.close()
                 if self.exchange is not None:
                     await self.exchange.stop()
                 if self.monitor is not None:
@@ -260,6 +275,11 @@ class Node:
             local, completed = await self._work(self.completer.prepare, groups)
         comp = await self._work(self.sampler.compose, r, local)
         step = await self._work(trainer.update, comp.groups, self.stop.is_set)
+        if self._items is not None:
+            for line in trained_items(r, comp.groups):
+                self._items.append(line)
+        if self.replay is not None:  # after this round's update: never replayed into it
+            self.replay.add(groups)
         await self._work(release_free_memory)  # the round's freed tensors: back to the OS
         if self.curriculum is not None:  # levels for the next round
             self.curriculum.observe(groups)
@@ -295,6 +315,7 @@ class Node:
             external_peers=comp.external_peers,
             external_shortfall=comp.shortfall,
             external_by_peer=by_peer,
+            replay_groups=comp.replayed,
             completed_groups=completed,
             completions_cut=trainer.completions_cut,
             published_bytes=published,

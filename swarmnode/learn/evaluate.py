@@ -1,8 +1,13 @@
-"""Held-out evaluation: a node's current policy on items no node trains on.
+"""Held-out evaluation: a node's current policy on questions no node trains on.
 
-Training seeds are below 2**31 (``TasksConfig.seed``), and ingestion refuses peers'
-groups whose seed is ``HELDOUT_SEED`` or above, so no swarm member trains on these
-items. Decoding is greedy, one completion per item: the score is the policy's
+The items lie in the held-out partition of the question space
+(``tasks.is_heldout`` with ``tasks.heldout_percent``), which no node with the same
+setting trains on: its own draws and the shared schedule skip them and ingestion
+refuses peers' groups for them. They are drawn at ``HELDOUT_SEED`` (which ingestion
+refuses too), distinct questions only. With ``heldout_percent: 0`` there is no
+partition and the items are simply the first ``n`` at ``HELDOUT_SEED``, which can
+repeat training questions in a small question space (``seen_in_training`` says how
+often). Decoding is greedy, one completion per item: the score is the policy's
 accuracy, not luck.
 
 What is reported, and why:
@@ -20,6 +25,9 @@ Invariants:
 - Read-only: loads the newest valid checkpoint (or the base policy when there is
   none, or when ``base`` is asked for) and never writes into the data directory.
 - The same config, checkpoint and ``n`` give the same items and the same scores.
+- ``records`` holds one dict per item (dataset, config, seed, index, question,
+  answer, completion, score): what ``heldout_items.jsonl`` is written from, so
+  results can be bootstrapped over items.
 """
 
 from __future__ import annotations
@@ -39,18 +47,38 @@ from swarmnode.learn.grpo import group_advantages
 from swarmnode.learn.model import load_policy
 from swarmnode.learn.progress import progress
 from swarmnode.learn.rewards import accuracy_reward, extract_answer
-from swarmnode.learn.tasks import HELDOUT_SEED, TaskMix, ref_config
+from swarmnode.learn.tasks import HELDOUT_SEED, TaskMix, is_heldout, ref_config, regenerate
 from swarmnode.learn.trainer import Trainer
 
 COLLAPSE_SHARE = 0.8  # one answer for this share of a dataset's items = collapsed
 
 
+# Indices looked at per wanted item (at least MIN_SCAN) before a dataset gives up: a
+# tiny question space holds few held-out questions (121 one-digit sums hold 6).
+SCAN_PER_ITEM = 50
+MIN_SCAN = 2000
+
+
 def heldout_refs(cfg: Config, n: int) -> list[ItemRef]:
-    """``n`` held-out items per dataset of the mix."""
+    """Up to ``n`` held-out items per dataset of the mix, distinct questions, in index
+    order (fewer when its question space holds fewer held-out questions)."""
+    percent = cfg.tasks.heldout_percent
     refs = []
     for spec in cfg.tasks.datasets:
         config = ref_config(spec.config, spec.size)
-        refs += [ItemRef(spec.name, config, HELDOUT_SEED, i) for i in range(min(n, spec.size))]
+        if percent <= 0:
+            refs += [ItemRef(spec.name, config, HELDOUT_SEED, i) for i in range(min(n, spec.size))]
+            continue
+        questions: set[str] = set()
+        for i in range(min(spec.size, max(MIN_SCAN, SCAN_PER_ITEM * n))):
+            ref = ItemRef(spec.name, config, HELDOUT_SEED, i)
+            question = regenerate(ref)["question"]
+            if question in questions or not is_heldout(question, percent):
+                continue
+            questions.add(question)
+            refs.append(ref)
+            if len(questions) == n:
+                break
     return refs
 
 
@@ -120,6 +148,7 @@ def evaluate(cfg: Config, n: int = 50, batch: int = 16, base: bool = False) -> d
     labels = {r: dataset_label(cfg, r) for r in refs}
     scores: dict[str, list[float]] = {}
     answers: dict[str, list[str | None]] = {}
+    records: list[dict[str, Any]] = []
     model = trainer.policy.model
     model.eval()
     with (
@@ -131,8 +160,10 @@ def evaluate(cfg: Config, n: int = 50, batch: int = 16, base: bool = False) -> d
             chunk = entries[start : start + batch]
             texts = greedy_answers(trainer, [e["question"] for e in chunk])
             for ref, entry, text in zip(refs[start:], chunk, texts, strict=False):
-                scores.setdefault(labels[ref], []).append(accuracy_reward(text, entry))
+                score = accuracy_reward(text, entry)
+                scores.setdefault(labels[ref], []).append(score)
                 answers.setdefault(labels[ref], []).append(extract_answer(text))
+                records.append(item_record(ref, entry, text, score))
             step(len(chunk))
     truths: dict[str, set[str]] = {}
     for ref, entry in zip(refs, entries, strict=True):
@@ -161,6 +192,23 @@ def evaluate(cfg: Config, n: int = 50, batch: int = 16, base: bool = False) -> d
         "mean_score": sum(every) / len(every) if every else 0.0,
         "seen_in_training": sum(e["question"] in seen for e in entries) / max(1, len(entries)),
         "per_dataset": per,
+        "records": records,
+    }
+
+
+def item_record(
+    ref: ItemRef, entry: dict[str, Any], completion: str, score: float
+) -> dict[str, Any]:
+    """One line of ``heldout_items.jsonl``: the item, its truth, the answer and its score."""
+    return {
+        "dataset": ref.dataset,
+        "config": ref.config,
+        "seed": ref.seed,
+        "index": ref.index,
+        "question": entry["question"],
+        "answer": str(entry["answer"]),
+        "completion": completion,
+        "score": score,
     }
 
 

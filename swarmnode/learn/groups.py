@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 LOCAL = "local"
+REPLAY = "replay"  # the origin of this node's own past group, replayed (learn.replay)
 # One completion out of 8 earning the 0.25 format reward alone is a std of 0.083;
 # one earning 0.01 of partial credit is 0.003.
 SIGNAL_MIN_STD = 0.05
@@ -73,7 +74,7 @@ class RolloutGroup:
     question: str
     completions: list[str]
     rewards: list[float]
-    origin: str = LOCAL  # "local", or the sender's peer ID
+    origin: str = LOCAL  # "local", "replay" (our own, from an earlier round), or a peer ID
     round: int = 0  # the producer's round number
     model: str = ""  # the producer's model name
     created: float = field(default_factory=time.time)  # unix seconds, when generated
@@ -86,7 +87,18 @@ class RolloutGroup:
 
     @property
     def is_local(self) -> bool:
+        """Made by this node this round (not replayed, not a peer's)."""
         return self.origin == LOCAL
+
+    @property
+    def is_replay(self) -> bool:
+        """This node's own group from an earlier round (``learn.replay``)."""
+        return self.origin == REPLAY
+
+    @property
+    def is_peer(self) -> bool:
+        """Made by a peer (its ``origin`` is the sender's peer ID)."""
+        return self.origin not in (LOCAL, REPLAY)
 
     @property
     def has_signal(self) -> bool:

@@ -35,6 +35,9 @@ Invariants:
   mass onto everything else (entropy up, the road to run-on completions). Positive
   advantages always count: raising a peer's good but, to us, unlikely token is the
   point of sharing. Masked tokens still count in the token-mean denominator.
+- Replayed groups (``TokenizedGroup.replay``: this node's own, from an earlier round;
+  ``learn.replay``) are trained as peers' are by default, whatever
+  ``external_negatives`` says: only completions with a non-negative advantage.
 - KL, when enabled, uses the adapter-disabled model as reference (k3 estimator).
 - Memory is bounded by configuration, not by what peers send: a micro-batch holds
   at most ``micro_batch_size`` completions and ``micro_batch_tokens`` padded
@@ -65,6 +68,9 @@ class TokenizedGroup:
     completion_ids: list[list[int]]
     advantages: list[float]
     external: bool = False  # sampled by a peer's policy (off-policy for us)
+    # our own group from an earlier round: off-policy too, and only its completions
+    # with a non-negative advantage are trained, whatever external_negatives says
+    replay: bool = False
     # per completion: the sender's log-prob of it (None: unknown, weight 1); only for
     # peers' completions with importance weights on (``Trainer.update``)
     sender_logprobs: list[float | None] | None = None
@@ -265,7 +271,9 @@ def grpo_step(
 
     def keep(g: int, j: int) -> bool:
         grp = useful[g]
-        return cfg.external_negatives or not grp.external or grp.advantages[j] >= 0
+        if grp.advantages[j] >= 0:
+            return True
+        return not grp.replay and (cfg.external_negatives or not grp.external)
 
     for g, grp in enumerate(useful):
         stats.tokens_masked += sum(

@@ -1,5 +1,8 @@
 """Per-round metrics: one ``RoundRecord`` per round, a JSON line in ``<data_dir>/metrics.jsonl``.
 
+Also ``<data_dir>/trained_items.jsonl``: one line per group trained on (``trained_items``),
+so anyone can check which questions a node, or a whole swarm, has trained on.
+
 Role: the round record's type, its file, and the reader every consumer uses
 (``swarmnode status`` via the node, ``report``, the scripts).
 
@@ -59,6 +62,7 @@ class RoundRecord:
     external_peers: int = 0
     external_shortfall: int = 0  # external slots nobody could fill
     external_by_peer: dict[str, int] = field(default_factory=dict)  # peer -> groups trained on
+    replay_groups: int = 0  # own past groups replayed into empty slots (sapo.self_replay)
     completed_groups: int = 0  # no-signal local groups completed with peers' answers
     completions_cut: int = 0  # peers' completions cut to rollout.max_new_tokens (total)
     local_signal: int = 0  # this round's own groups with signal (before completion)
@@ -116,20 +120,46 @@ def reward_summary(
     return round(_mean(rewards), 6), round(_mean(acc), 6), round(_mean(fmt), 6)
 
 
-class MetricsLog:
-    """Append-only JSONL writer of round records."""
+class JsonLines:
+    """Append-only JSON-lines writer: each line written and flushed at once."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._file: IO[str] = path.open("a", encoding="utf-8")
 
-    def write(self, record: RoundRecord) -> None:
-        self._file.write(json.dumps(record.to_json(), separators=(",", ":")) + "\n")
+    def append(self, obj: dict[str, Any]) -> None:
+        self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
         self._file.flush()
 
     def close(self) -> None:
         self._file.close()
+
+
+class MetricsLog(JsonLines):
+    """Append-only JSONL writer of round records (``metrics.jsonl``)."""
+
+    def write(self, record: RoundRecord) -> None:
+        self.append(record.to_json())
+
+
+def trained_items(round_index: int, groups: Sequence[RolloutGroup]) -> list[dict[str, Any]]:
+    """Lines of ``trained_items.jsonl``: one per group of an update that carried signal
+    (the ones trained on): round, source (``local``, ``replay`` or the peer id) and the
+    item (dataset, config with its size, seed, index). A resumed node may repeat the
+    few rounds after its last checkpoint: the last line of a (round, item) counts."""
+    return [
+        {
+            "round": round_index,
+            "source": g.origin,
+            "dataset": g.ref.dataset,
+            "config": g.ref.config,
+            "seed": g.ref.seed,
+            "index": g.ref.index,
+        }
+        for g in groups
+        if g.has_signal
+    ]
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:

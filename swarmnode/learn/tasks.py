@@ -20,6 +20,11 @@ Invariants:
 - ``SharedSchedule.items`` is a pure function of (swarm name, time bucket, position):
   every node of a swarm with the same datasets draws the same items in the same
   bucket. Its seed (``schedule_seed``) is below 2**31 like every training seed.
+- Held out by construction: ``is_heldout(question, percent)`` depends on the
+  question's text alone, so every node with the same ``tasks.heldout_percent`` agrees
+  on the partition whatever seed or index names the item. ``TaskMix.sample`` and
+  ``SharedSchedule.items`` never return a held-out item (a slot with no other item
+  left is dropped rather than filled with one).
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ MAX_SIZE = 10_000_000  # same bound as DatasetSpec.size
 MAX_SEED = 2**32  # reasoning-gym seeds are 32-bit in practice
 MAX_CONFIG_CHARS = 4096  # a ref's config as JSON; anything longer is refused
 CACHE_SIZE = 64
+HELDOUT_TRIES = 20  # draws per wanted item before a mostly held-out mix gives up
 
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant. Give only the final answer, between <answer> and </answer> tags."
@@ -55,6 +61,22 @@ DEFAULT_EXAMPLES: tuple[tuple[str, str], ...] = (
     ("Spell the word 'cat' backward.", "<answer>tac</answer>"),
     ("Is 7 smaller than 3? Answer True or False.", "<answer>False</answer>"),
 )
+
+
+def is_heldout(question: str, percent: int) -> bool:
+    """True when ``question`` lies in the held-out ``percent`` of the question space.
+
+    >>> is_heldout("What is 2 + 3?", 0)
+    False
+    >>> is_heldout("What is 2 + 3?", 100)
+    True
+    >>> sum(is_heldout(f"q{i}", 10) for i in range(10_000))  # about 10%
+    1028
+    """
+    if percent <= 0:
+        return False
+    digest = hashlib.sha256(question.encode("utf-8")).hexdigest()
+    return int(digest[:8], 16) % 100 < percent
 
 
 class TaskError(Exception):
@@ -198,6 +220,7 @@ class TaskMix:
         self.level_configs = [level_configs(d) for d in cfg.datasets]
         self.levels = [0] * len(self.datasets)  # moved by curriculum.Curriculum
         self.weights = [d.weight for d in cfg.datasets]
+        self.heldout_percent = cfg.heldout_percent
         # Build each dataset now: a bad name or config fails at start, not mid-run.
         for name, configs in zip(self.datasets, self.level_configs, strict=True):
             for config in configs:
@@ -224,15 +247,27 @@ class TaskMix:
         refs: list[ItemRef] = []
         seen: set[str] = set()
         for _ in range(max(0, n)):
+            ref: ItemRef | None = None
             for _attempt in range(20):  # a tiny mix may run out of distinct items
                 k = rng.choices(range(len(self.datasets)), weights=self.weights)[0]
                 index = rng.randrange(self.configs[k]["size"])
-                ref = ItemRef(self.datasets[k], self.configs[k], self.seed, index)
+                candidate = ItemRef(self.datasets[k], self.configs[k], self.seed, index)
+                if self.is_heldout(candidate):
+                    continue
+                ref = candidate
                 if ref.key not in seen:
                     break
+            if ref is None:  # every draw was held out: the slot stays empty
+                continue
             seen.add(ref.key)
             refs.append(ref)
         return refs
+
+    def is_heldout(self, ref: ItemRef) -> bool:
+        """True when ``ref``'s question is in the held-out partition (``is_heldout``)."""
+        if self.heldout_percent <= 0:
+            return False
+        return is_heldout(regenerate(ref)["question"], self.heldout_percent)
 
     def knows(self, ref: ItemRef) -> bool:
         """True when ``ref`` names an item of this mix (same dataset, one of its levels'
@@ -298,13 +333,15 @@ class SharedSchedule:
         """Items ``start .. start + n - 1`` of ``bucket`` (pure)."""
         rng = random.Random(f"swarmnode-schedule:{self.swarm}:{bucket}")
         configs = self.mix.configs  # each dataset at this node's current level
-        refs = []
-        for _ in range(start + n):
+        refs: list[ItemRef] = []
+        for _ in range(HELDOUT_TRIES * (start + n)):  # bounded, in a mostly held-out mix
+            if len(refs) == start + n:
+                break
             k = self.order[rng.randrange(len(self.order))]
             config = configs[k]
-            refs.append(
-                ItemRef(self.mix.datasets[k], config, self.seed, rng.randrange(config["size"]))
-            )
+            ref = ItemRef(self.mix.datasets[k], config, self.seed, rng.randrange(config["size"]))
+            if not self.mix.is_heldout(ref):
+                refs.append(ref)
         return refs[start:]
 
     def next(self, n: int) -> list[ItemRef]:

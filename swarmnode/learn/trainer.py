@@ -215,6 +215,7 @@ class Trainer:
                     completion_ids=ids,
                     advantages=group_advantages(g.rewards),
                     external=not g.is_local,
+                    replay=g.is_replay,
                     sender_logprobs=sender_lps,
                 )
             )

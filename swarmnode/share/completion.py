@@ -22,6 +22,8 @@ Invariants:
   at most one group (it leaves the book when used).
 - A merged group keeps the local group's identity (origin local, round, ref); the
   merged completions come with this node's token ids, re-tokenised from their text.
+- Held-out questions (``tasks.is_heldout``) never enter the book, so nothing is
+  ever completed into one.
 - Thread-safe: ingestion adds from a worker thread, the trainer thread merges.
 """
 
@@ -34,6 +36,7 @@ from dataclasses import dataclass, replace
 
 from swarmnode.learn.groups import RolloutGroup
 from swarmnode.learn.rewards import format_reward
+from swarmnode.learn.tasks import is_heldout
 
 
 @dataclass(frozen=True)
@@ -49,8 +52,15 @@ class Answer:
 class AnswerBook:
     """Peers' verified completions, by item (see module docstring for the bounds)."""
 
-    def __init__(self, max_items: int = 256, max_per_item: int = 32, max_per_peer: int = 2) -> None:
+    def __init__(
+        self,
+        max_items: int = 256,
+        max_per_item: int = 32,
+        max_per_peer: int = 2,
+        heldout_percent: int = 0,
+    ) -> None:
         self.max_items = max_items
+        self.heldout_percent = heldout_percent  # answers to held-out questions: never kept
         self.max_per_item = max_per_item
         self.max_per_peer = max_per_peer
         self._items: OrderedDict[str, list[Answer]] = OrderedDict()
@@ -62,6 +72,8 @@ class AnswerBook:
         Only completions with a positive reward are worth keeping (a wrong answer can
         never complete an all-wrong group), best first, within the per-peer bound.
         """
+        if is_heldout(group.question, self.heldout_percent):
+            return 0  # nothing ever completes into a held-out question
         finished = group.finished or [True] * len(group.completions)
         ranked = sorted(
             zip(group.rewards, group.completions, finished, strict=True),

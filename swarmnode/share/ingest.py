@@ -17,8 +17,12 @@ Invariants:
   ``sapo.extra_catalog``) is ever regenerated: no peer can make us build a huge or
   slow dataset. Configs are compared as values (a peer's 1 equals our 1.0), and a
   kept group carries our own config.
-- Held-out items (seed >= ``tasks.HELDOUT_SEED``) are refused ("heldout"): no
-  node trains on what ``swarmnode eval`` scores, whatever its peers send.
+- Held-out items are refused ("heldout"): those at seed >= ``tasks.HELDOUT_SEED``
+  (where ``swarmnode eval`` draws) and those whose question lies in the held-out
+  partition (``tasks.is_heldout`` with ``heldout_percent``; checked on the claimed
+  text, which verification then matches against the regenerated one): no node trains
+  on what ``swarmnode eval`` scores, whatever its peers send. A held-out question is
+  no verdict against its sender (a peer may hold out less).
 - Groups with no signal after re-scoring (all rewards equal) are not kept: they
   would be filtered before training anyway (the paper's zero-advantage filter).
 - Every refusal is counted by reason; nothing a peer sends raises out of ``offer``
@@ -47,7 +51,7 @@ from typing import Any
 from swarmnode.config import DatasetSpec, SapoConfig
 from swarmnode.learn.groups import ItemRef, RolloutGroup
 from swarmnode.learn.rewards import Scorer
-from swarmnode.learn.tasks import HELDOUT_SEED, TaskError, level_configs, regenerate
+from swarmnode.learn.tasks import HELDOUT_SEED, TaskError, is_heldout, level_configs, regenerate
 from swarmnode.share.completion import AnswerBook
 
 REASONS = (
@@ -164,8 +168,10 @@ class IngestQueue:
         clock: Callable[[], float] = time.time,
         answers: AnswerBook | None = None,
         verdicts: Verdicts | None = None,
+        heldout_percent: int = 0,
     ) -> None:
         self.cfg = cfg
+        self.heldout_percent = heldout_percent
         self.catalog = catalog
         self.score = score
         self.clock = clock
@@ -211,6 +217,8 @@ class IngestQueue:
                 return "duplicate"
         if group.ref.seed >= HELDOUT_SEED:
             verdicts["failed_verification"] += 1
+            return "heldout"
+        if is_heldout(group.question, self.heldout_percent):
             return "heldout"
         ref = self.catalog.canonical(group.ref)
         if ref is None:

@@ -27,6 +27,11 @@ node already knows. With equal peers this is the paper's uniform draw.
   whose claimed rewards disagree with our re-scoring loses weight (it is broken or
   lying), one that agrees regains it. Each queued group moves its sender's record once.
 
+Self-replay (``sapo.self_replay``, ``learn.replay``): once the update is composed,
+the slots of the budget B that hold no group with signal (this round's own groups
+without signal, external slots nobody filled) go to this node's own past groups
+that had signal, replacing the no-signal ones, never an item already in the update.
+
 Groups queued unverified (``sapo.verify: when_drawn``) are checked as they are taken;
 one that fails leaves the queue and the draw goes on among the rest, at most
 ``MAX_DRAWS_PER_SLOT`` tries per external slot, so a node verifies about J groups a
@@ -34,7 +39,8 @@ round however many its peers send. Until then the adaptive ranking reads the
 sender's claimed rewards for a group's signal, and its record moves when verified.
 
 Invariants:
-- The update never holds more than B groups, and never a group twice.
+- The update never holds more than B groups, and never a group twice; with replay,
+  never two groups of one item.
 - Every external group in an update was verified by this node.
 - A group taken from the queue leaves it: each external group is trained on once.
 - Deterministic given (seed, round), the queue's content and its clock.
@@ -44,6 +50,7 @@ Invariants:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from collections import Counter
@@ -52,6 +59,7 @@ from dataclasses import dataclass
 
 from swarmnode.config import SapoConfig
 from swarmnode.learn.groups import RolloutGroup, reward_std
+from swarmnode.learn.replay import ReplayBuffer
 from swarmnode.share.ingest import Entry, IngestQueue
 from swarmnode.share.ratelimit import Tenure
 
@@ -68,10 +76,11 @@ class Composition:
     external: int
     external_peers: int
     shortfall: int  # external slots that had to be filled with local groups (or left empty)
+    replayed: int = 0  # own past groups in the batch (sapo.self_replay)
 
     def by_peer(self) -> dict[str, int]:
         """External groups in the batch, per sending peer."""
-        return dict(Counter(g.origin for g in self.groups if not g.is_local))
+        return dict(Counter(g.origin for g in self.groups if g.is_peer))
 
 
 def round_lag(entries: Sequence[tuple[str, Entry]]) -> dict[str, int]:
@@ -104,10 +113,12 @@ class SwarmSampler:
         cfg: SapoConfig,
         queue: IngestQueue | None,
         seed: int = 0,
+        replay: ReplayBuffer | None = None,
     ) -> None:
         self.cfg = cfg
         self.queue = queue
         self.seed = seed
+        self.replay = replay
         self.peer_trust: dict[str, float] = {}  # adaptive: EMA of honest reward claims
         self._judged: dict[str, None] = {}  # queue keys already counted in peer_trust
         # peer -> arrival of its first verified group, on the queue's clock
@@ -121,8 +132,26 @@ class SwarmSampler:
         entries = self.queue.snapshot() if (self.queue is not None and j > 0) else []
         self._note_tenure(entries)
         if self.cfg.mode == "adaptive":
-            return self._adaptive(rng, list(local), i, j, entries)
-        return self._uniform(rng, list(local), i, j, entries)
+            comp = self._adaptive(rng, list(local), i, j, entries)
+        else:
+            comp = self._uniform(rng, list(local), i, j, entries)
+        return self._replayed(comp, i + j, round_index)
+
+    def _replayed(self, comp: Composition, budget: int, round_index: int) -> Composition:
+        """``comp`` with its slots that hold no signal filled from the replay buffer."""
+        useful = [g for g in comp.groups if g.has_signal]
+        if self.replay is None or len(useful) >= budget:
+            return comp
+        rng = random.Random(f"replay:{self.seed}:{round_index}")
+        extra = self.replay.draw(rng, budget - len(useful), {g.ref.key for g in comp.groups})
+        if not extra:
+            return comp
+        return dataclasses.replace(
+            comp,
+            groups=useful + extra,
+            local=sum(g.is_local for g in useful),
+            replayed=len(extra),
+        )
 
     def _take(
         self,

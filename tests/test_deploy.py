@@ -3,7 +3,8 @@
 Nothing here runs Docker or systemd: the files are parsed, every command line goes
 through the CLI's own parser, every config through ``load_config`` with the overrides
 that command line passes, and ``deploy/init.sh`` really makes the keys (with the
-``swarmnode`` of this environment), so a broken file fails here.
+``swarmnode`` of this environment), so a broken file fails here. tests/test_docker.py
+(slow) builds the image and runs the compose swarm.
 """
 
 from __future__ import annotations
@@ -86,7 +87,11 @@ def initialised(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A copy of deploy/ on which init.sh ran (twice: it must be idempotent)."""
     root = tmp_path_factory.mktemp("deploy") / "deploy"
     shutil.copytree(DEPLOY, root, ignore=shutil.ignore_patterns("secrets", ".env"))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"}
+    env = {
+        **os.environ,
+        "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
+        "SWARMNODE_INIT": "local",  # this environment's swarmnode, never an image
+    }
     assert shutil.which("swarmnode", path=env["PATH"]), "no swarmnode next to this python"
     first = subprocess.run(
         ["sh", str(root / "init.sh")], env=env, capture_output=True, text=True, timeout=120
@@ -108,13 +113,54 @@ def dotenv(root: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in lines if line and not line.startswith("#"))
 
 
+def image_uid() -> int:
+    """The uid the image's node runs as (the Dockerfile's ARG SWARMNODE_UID, its USER)."""
+    text = (REPO / "Dockerfile").read_text()
+    users = re.findall(r"^USER\s+(\S+)", text, re.M)
+    assert users and users[-1] not in ("root", "0"), f"the image runs as {users or 'root'}"
+    uid = re.search(r"^ARG SWARMNODE_UID=(\d+)$", text, re.M)
+    assert uid, "Dockerfile: no ARG SWARMNODE_UID"
+    return int(uid.group(1))
+
+
 def test_init_makes_the_keys_compose_names(initialised: Path) -> None:
     from swarmnode.p2p.identity import load_identity, load_psk, peer_id_of
 
-    load_psk(initialised / "secrets" / "swarm.key")  # a valid swarm.key
+    psk = initialised / "secrets" / "swarm.key"
+    load_psk(psk)  # a valid swarm.key
     identity = initialised / "secrets" / "bootstrap" / "identity.key"
     assert stat.S_IMODE(identity.stat().st_mode) == 0o600
     assert dotenv(initialised)["BOOTSTRAP_PEER_ID"] == peer_id_of(load_identity(identity))
+    # Compose v1 refuses a top-level `name:`; both versions read the project name here.
+    assert dotenv(initialised)["COMPOSE_PROJECT_NAME"] == "swarmnode"
+
+
+def test_init_gives_the_keys_to_the_image_user(initialised: Path) -> None:
+    """A compose secret is the host file, mounted: the node (not root) must own it, as
+    swarmnode reads an identity key only when no one else can (mode 0600)."""
+    if os.geteuid() != 0:
+        pytest.skip("init.sh gives the keys away only as root (it says so otherwise)")
+    wanted = image_uid()
+    assert f"SWARMNODE_UID:-{wanted}" in (DEPLOY / "init.sh").read_text()
+    for key in ("swarm.key", "bootstrap/identity.key"):
+        assert (initialised / "secrets" / key).stat().st_uid == wanted, key
+
+
+def test_dockerignore_sends_only_what_the_image_copies() -> None:
+    """The build context: what COPY names, never .git, tests, docs or deploy/secrets."""
+    patterns = [
+        line.strip()
+        for line in (REPO / ".dockerignore").read_text().splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
+    assert patterns[0] == "*", "not an allowlist: everything new would be sent"
+    kept = {p[1:].strip("/") for p in patterns if p.startswith("!")}
+    for path in kept:
+        assert not path.startswith((".git", "tests", "docs", "deploy", ".venv", "data")), path
+    copied = re.findall(r"^COPY\s+(.+)\s+\S+$", (REPO / "Dockerfile").read_text(), re.M)
+    for sources in copied:
+        for src in sources.split():
+            assert src.strip("./") in kept, f"COPY {src}: left out of the build context"
 
 
 def test_init_outputs_are_ignored_by_git() -> None:
@@ -229,6 +275,23 @@ def test_trainers_find_the_bootstrap_node(compose: dict[str, Any], initialised: 
         want = f"/ip4/{ip}/tcp/{port}/p2p/{peer_id}"
         assert cfg.swarm.bootstrap == [want], f"{name}: {cfg.swarm.bootstrap}"
         assert "swarm" in compose["services"][name]["networks"]
+
+
+def test_every_node_announces_its_own_address(compose: dict[str, Any], initialised: Path) -> None:
+    """Listening on 0.0.0.0, a node advertises 127.0.0.1 unless it announces an address:
+    a trainer then dials itself for the other. Each one announces its fixed address."""
+    from multiaddr import Multiaddr
+
+    subnet = ipaddress.ip_network(compose["networks"]["swarm"]["ipam"]["config"][0]["subnet"])
+    assert "name" not in compose, "a top-level name: (Compose v1 refuses it; init.sh sets it)"
+    seen = set()
+    for name, cfg in service_configs(compose, initialised).items():
+        ip = compose["services"][name]["networks"]["swarm"]["ipv4_address"]
+        assert ipaddress.ip_address(ip) in subnet, f"{name}: {ip} not in {subnet}"
+        port = Multiaddr(cfg.swarm.listen[0]).value_for_protocol("tcp")
+        assert cfg.swarm.announce == [f"/ip4/{ip}/tcp/{port}"], f"{name}: {cfg.swarm.announce}"
+        seen.add(ip)
+    assert len(seen) == len(compose["services"]), "two nodes on one address"
 
 
 def test_trainers_differ_where_they_must(compose: dict[str, Any], initialised: Path) -> None:

@@ -36,6 +36,11 @@ Invariants:
   (``dropped.subscription_full``).
 - The first copy of a message read from a stream over a relayed connection is
   counted (``msgs_in_via_relay``): what the swarm owes to circuit relays.
+- Blacklisting a peer tears down only the stream it reset, with its send queue and
+  router state, and never a peer that is already gone or back
+  (``_teardown_if_connected``: py-libp2p's raised KeyError there and stopped the
+  node, issue 28). Whatever else a per-peer task raises is contained by the
+  manager it runs under (``contain``).
 """
 
 from __future__ import annotations
@@ -71,6 +76,7 @@ log = logging.getLogger("swarmnode.p2p")
 GOSSIP_PROTOCOLS = (PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID)
 # pubsub caps whole RPC frames; one message plus its signed envelope must fit.
 MAX_RPC_BYTES = 1024 * 1024
+_RESET_TIMEOUT_S = 1.0  # a stream reset on blacklisting waits at most this long
 
 Deliver = Callable[[rpc_pb2.Message], None]
 
@@ -291,6 +297,63 @@ class HardenedPubsub(Pubsub):
         super()._handle_dead_peer(peer_id)
         for topic in keep:
             self.handle_subscription(peer_id, rpc_pb2.RPC.SubOpts(subscribe=True, topicid=topic))
+
+    async def handle_dead_peer_queue(self) -> None:
+        """py-libp2p's consumer of "a connection to this peer closed", minus its rule
+        "the peer has another open connection: nothing to do". A peer that was cut and
+        dialled straight back has a new connection by the time the old one is reported,
+        while our stream to it still rides the old one: py-libp2p kept that dead stream
+        as the peer's, so the peer, finding our stream registered, opened none on the
+        new connection and we never heard its subscriptions again (seen after a
+        graylist lift and a contained task's drop). ``_handle_dead_peer`` already keeps
+        a stream that is alive, so every report goes to it."""
+        async with self.dead_peer_receive_channel:
+            self.event_handle_dead_peer_queue_started.set()
+            async for peer_id in self.dead_peer_receive_channel:
+                self._handle_dead_peer(peer_id)
+
+    async def _handle_new_peer(self, peer_id: ID) -> None:
+        """A new connection's peer: a registered stream of ours that rides a closed
+        connection is dropped first (``handle_dead_peer_queue``), or py-libp2p would
+        skip the peer as already registered."""
+        ours = self.peers.get(peer_id)
+        if ours is not None and not _alive(ours):
+            self._counters.add("pubsub.stale_stream_replaced")
+            self._handle_dead_peer(peer_id)
+        await super()._handle_new_peer(peer_id)
+
+    async def _teardown_if_connected(self, peer_id: ID) -> None:
+        """What ``add_to_blacklist`` spawns: reset our stream to the peer and forget it.
+
+        py-libp2p awaits the reset and then deletes ``peers[peer_id]`` blindly. While
+        the reset waits (behind a full send buffer, a flooder that does not read),
+        the graylist's own disconnect ends the peer (``_handle_dead_peer``) and the
+        delete raised KeyError, which stopped the pubsub service and the node; or the
+        peer, unblocked and back, had a new stream there, which the delete dropped
+        silently. It also left the peer's send queue, its sending task and the
+        router's state behind. Here: after the reset, only the stream this teardown
+        reset is removed, with its queue and router state, and only while the peer
+        is still blacklisted; a peer already gone or back is left as it is
+        (``pubsub.teardown_raced``)."""
+        stream = self.peers.get(peer_id)
+        if stream is not None:
+            with trio.move_on_after(_RESET_TIMEOUT_S):
+                try:
+                    await stream.reset()
+                except Exception as err:  # a broken stream is as good as reset
+                    log.debug("reset of %s's stream on blacklisting: %r", peer_id, err)
+        if not self.is_peer_blacklisted(peer_id):
+            self._counters.add("pubsub.teardown_raced")  # lifted meanwhile: it may be back
+            return
+        if stream is not None and self.peers.get(peer_id) is stream:
+            del self.peers[peer_id]
+            queue = self.peer_queues.pop(peer_id, None)
+            if queue is not None:
+                queue.close()  # its sending task ends
+            self.router.remove_peer(peer_id)
+        elif stream is not None:
+            self._counters.add("pubsub.teardown_raced")  # ended by its disconnect first
+        self._forget_all_subscriptions(peer_id)
 
     # ---- messages: cheap gates, signature, then py-libp2p's path --------------------
 

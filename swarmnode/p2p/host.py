@@ -15,7 +15,10 @@ Invariants:
   rate, ``decode_batch``, the originator's group rate, the swarm name. Rejects are
   ``rejected.<reason>``, rate drops ``dropped.<which>_rate``.
 - A peer's bytes can cost it its stream or its message, never our host
-  (``HardenedPubsub``; py-libp2p 0.8.1 would crash the whole node).
+  (``HardenedPubsub``; py-libp2p 0.8.1 would crash the whole node), and no task
+  py-libp2p runs on a peer's behalf can stop a service: the swarm, pubsub,
+  gossipsub, the DHT, relay and DCUtR run under ``contain.ContainedManager``, every
+  inbound stream handler under ``contain.TaskGuard`` (``errors.task.<Class>``).
 - Every verdict moves the peer's score (``PeerScores``, also gossipsub's P6); a peer
   below ``graylist_score`` is disconnected and blacklisted for ``graylist_s``.
 - Validated messages go straight into the bounded inbox (drop-oldest, counted):
@@ -53,10 +56,10 @@ from libp2p.pubsub.pb import rpc_pb2
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.security.noise.transport import PROTOCOL_ID as NOISE_PROTOCOL_ID
 from libp2p.security.noise.transport import Transport as NoiseTransport
-from libp2p.tools.anyio_service import background_trio_service
 
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Outbox
+from swarmnode.p2p.contain import TaskGuard, contained_service, run_host
 from swarmnode.p2p.discovery import Discovery
 from swarmnode.p2p.gossip import (
     GOSSIP_PROTOCOLS,
@@ -117,6 +120,7 @@ class P2PHost:
         self.outbox = outbox
         self.counters = counters
         self.scores = scores or PeerScores(cfg.graylist_score, cfg.graylist_s)
+        self.guard = TaskGuard(counters, self.scores)  # contains py-libp2p's peer tasks
         self._origin_msgs = PeerBuckets(cfg.origin_msgs_per_s, cfg.origin_msgs_burst)
         self._origin_groups = PeerBuckets(
             cfg.origin_groups_per_s, max(MAX_GROUPS, cfg.origin_groups_per_s)
@@ -203,15 +207,16 @@ class P2PHost:
         listen = [multiaddr.Multiaddr(a) for a in self.cfg.listen]
         with trio.CancelScope() as outer:
             async with AsyncExitStack() as stack:
-                await stack.enter_async_context(host.run(listen_addrs=listen))
-                await stack.enter_async_context(background_trio_service(pubsub))
-                await stack.enter_async_context(background_trio_service(gossipsub))
+                guard = self.guard
+                await stack.enter_async_context(run_host(host, listen, guard))
+                await stack.enter_async_context(contained_service(pubsub, guard))
+                await stack.enter_async_context(contained_service(gossipsub, guard))
                 with trio.fail_after(self.cfg.dial_timeout_s):
                     await pubsub.wait_until_ready()
-                await self.nat.start(stack)
+                await self.nat.start(stack, guard)
                 if self.cfg.dht:
                     self.dht = KadDHT(host, DHTMode.SERVER)
-                    await stack.enter_async_context(background_trio_service(self.dht))
+                    await stack.enter_async_context(contained_service(self.dht, guard))
                 self.discovery.attach(host, self.dht)
                 pubsub.set_topic_validator(self.topic, self._validate, is_async_validator=False)
                 pubsub.set_deliver(self.topic, self._deliver)

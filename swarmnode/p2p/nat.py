@@ -47,10 +47,10 @@ from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
 from libp2p.relay.circuit_v2.resources import RelayLimits
 from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
 from libp2p.security.pnet.protector import new_protected_conn
-from libp2p.tools.anyio_service import background_trio_service
 
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.autonat import PUBLIC, Reachability, is_relayed
+from swarmnode.p2p.contain import TaskGuard, contained_service
 from swarmnode.p2p.holepunch import ListenerDrivenDCUtR
 from swarmnode.p2p.relay import RelayService
 from swarmnode.share.inbox import Counters
@@ -171,8 +171,9 @@ class NatTraversal:
 
     # ---- lifecycle ----------------------------------------------------------------
 
-    async def start(self, stack: AsyncExitStack) -> None:
-        """Register the protocols on the attached host (their services live in ``stack``)."""
+    async def start(self, stack: AsyncExitStack, guard: TaskGuard) -> None:
+        """Register the protocols on the attached host (their services live in ``stack``,
+        their peer tasks contained by ``guard``)."""
         host = self.host
         rc = self.rcfg
         if self.cfg.autonat:
@@ -189,11 +190,11 @@ class NatTraversal:
             )
             # HOP (relaying for others) only with serve; STOP (being reached) always.
             self.protocol = RelayService(host, limits, allow_hop=rc.serve)
-            await stack.enter_async_context(background_trio_service(self.protocol))
+            await stack.enter_async_context(contained_service(self.protocol, guard))
         if self.relaying and rc.hole_punch:
             timeout = int(max(1, self.cfg.dial_timeout_s))
             self.dcutr = ListenerDrivenDCUtR(host, self.counters, dial_timeout=timeout)
-            await stack.enter_async_context(background_trio_service(self.dcutr))
+            await stack.enter_async_context(contained_service(self.dcutr, guard))
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:

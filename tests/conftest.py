@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.tiny import make_tiny_model
+from swarmnode.lab.tiny import make_tiny_model
 
 torch.set_num_threads(1)
 

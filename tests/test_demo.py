@@ -1,24 +1,18 @@
-"""scripts/demo.py's summary reads the nodes' metrics.jsonl (typed RoundRecords)."""
+"""The demo's summary reads the nodes' metrics.jsonl (typed RoundRecords)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+from swarmnode.lab import demo
 
 
 def test_summary_prints_each_node_from_its_metrics(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.syspath_prepend(str(REPO / "scripts"))  # demo imports localswarm
-    spec = importlib.util.spec_from_file_location("demo", REPO / "scripts" / "demo.py")
-    assert spec is not None and spec.loader is not None
-    demo = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(demo)
     (tmp_path / "node-0").mkdir()
     lines = [
         {"round": r, "reward_mean": r / 10, "external_groups": 2, "external_peers": r}

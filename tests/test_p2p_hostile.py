@@ -9,7 +9,6 @@ classes by hand, never with swarmnode's encoder. Waits poll with deadlines.
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -28,6 +27,7 @@ from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
 from libp2p.utils.varint import encode_uvarint
 from multiaddr import Multiaddr
 
+from swarmnode.lab.fuzz_wire import run_fuzz
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, HardenedPubsub, topic_for
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share import wire
@@ -233,12 +233,7 @@ def test_bad_peer_is_scored_out_and_disconnected_honest_peer_is_not(tmp_path: Pa
 
 
 def test_short_fuzz_of_envelopes_frames_and_payloads() -> None:
-    path = Path(__file__).resolve().parents[1] / "scripts" / "fuzz_wire.py"
-    spec = importlib.util.spec_from_file_location("fuzz_wire", path)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    out = mod.run_fuzz(2000, seed=3)
+    out = run_fuzz(2000, seed=3)
     assert out["messages"] == 2000 and out["frames"] == 200
     assert out["crashes"] == 0 and out["still_running"], out["escaped"]
     assert out["poisoned"] == 0

@@ -11,6 +11,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from swarmnode.lab.sapo_experiment import (
+    drift_table,
+    reward_thirds_table,
+    specialty_accuracy,
+    specialty_table,
+)
 from tests.helpers import ENV, REPO
 
 
@@ -67,9 +73,6 @@ def test_quick_experiment_with_seeds(tiny_model_dir: Path, tmp_path: Path) -> No
 
 def test_drift_table_by_thirds() -> None:
     """Length per own completion and format reward, averaged by thirds of the run."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from sapo_experiment import drift_table
-
     rows = [
         {"config": c, "round": k, "tokens_generated": t * 16, "format_reward": f}
         for c, t, f in (("none", 10, 1.0), ("balanced", 0, 0.0))
@@ -88,9 +91,6 @@ def test_drift_table_by_thirds() -> None:
 def test_reward_by_thirds_paired_against_none() -> None:
     """Reward per round in each third, and the paired relative difference to none:
     a config that matches none early and doubles it late shows +0% then +100%."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from sapo_experiment import reward_thirds_table
-
     rows = [
         {"config": c, "seed": 0, "node": i, "round": k, "reward": v}
         for i in (0, 1)
@@ -107,8 +107,6 @@ def test_reward_by_thirds_paired_against_none() -> None:
 def test_specialty_accuracy_for_hetero_nodes(tmp_path: Path) -> None:
     """--hetero: held-out accuracy split into the node's own datasets (top weight) and
     the others', item-weighted, and paired against none; nothing for equal weights."""
-    sys.path.insert(0, str(REPO / "scripts"))
-    from sapo_experiment import specialty_accuracy, specialty_table
 
     def node(weights: dict[str, float]) -> Path:
         d = tmp_path / "-".join(f"{k}{w:g}" for k, w in weights.items())

@@ -2,15 +2,9 @@
 
 from __future__ import annotations
 
-import sys
-
 import pytest
 
-from tests.helpers import REPO
-
-sys.path.insert(0, str(REPO / "scripts"))
-
-from sapo_stats import mean_band, paired_diff, percentile
+from swarmnode.lab.sapo_stats import mean_band, paired_diff, percentile
 
 
 def test_constant_difference_has_a_point_interval() -> None:

@@ -89,7 +89,7 @@ def probe(folder: str, cap: int, micro_batch_tokens: int | None) -> None:
 
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from tests.tiny import make_tokenizer
+    from swarmnode.lab.tiny import make_tokenizer
 
     torch.manual_seed(0)
     torch.set_num_threads(1)

@@ -1,6 +1,6 @@
 """Scale without malice: one real node receiving the rounds of N honest peers.
 
-The node is a ``swarmnode start`` process training a tiny model (tests/tiny.py), or
+The node is a ``swarmnode start`` process training a tiny model (swarmnode/lab/tiny.py), or
 ``--model`` (e.g. the embedded model a user's node runs), with ``--external`` peer
 groups a round, as in scripts/bench_flood.py. The swarm around it is ``--peers``
 honest identities (Ed25519) spread over ``--procs`` forwarder processes: each
@@ -56,11 +56,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
-
-from bench_flood import (  # noqa: E402
+from swarmnode.lab import REPO
+from swarmnode.lab.bench_flood import (
     MODEL_HELP,
     PIN_HELP,
     TOPIC,
@@ -74,8 +71,6 @@ from bench_flood import (  # noqa: E402
     shut_down,
     start_node,
 )
-
-from swarmnode.learn.model import cpu_has_bf16  # noqa: E402
 
 FORWARDERS: list[subprocess.Popen[bytes]] = []
 
@@ -200,7 +195,8 @@ def publish_share(args: argparse.Namespace) -> float:
 
 def start_forwarder(addr: str, proc: int, args: argparse.Namespace) -> subprocess.Popen[bytes]:
     k = args.peers // args.procs + (1 if proc < args.peers % args.procs else 0)
-    argv = [sys.executable, __file__, "--forwarder", addr, "--proc", str(proc)]
+    argv = [sys.executable, "-m", "swarmnode.lab.bench_scale", "--forwarder", addr]
+    argv += ["--proc", str(proc)]
     argv += ["--identities", str(k), "--period", str(args.period), "--groups", str(args.groups)]
     argv += ["--share", str(publish_share(args))]
     child = subprocess.Popen(
@@ -297,6 +293,8 @@ def pooled(res: dict[str, dict[str, Any]], kind: str) -> dict[str, Any]:
 
 
 def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[int]) -> str:
+    from swarmnode.learn.model import cpu_has_bf16  # torch: only the measuring side
+
     calm, scale = pooled(res, "calm"), pooled(res, "scale")
     c, s = calm["durations"], scale["durations"]
     lo, hi = ratio_interval(c, s)

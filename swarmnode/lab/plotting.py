@@ -1,11 +1,11 @@
-"""The scripts' one plotting helper: a headless figure, and saving it in the house look.
+"""The lab's one plotting helper: a headless figure, and saving it in the house look.
 
 ``new_figure`` selects the Agg backend (no display needed) before pyplot loads, so a
-script can import matplotlib lazily and only when it plots; ``save_figure`` gives
+module can import matplotlib lazily and only when it plots; ``save_figure`` gives
 every axes a light grid and a legend, titles the figure, writes the PNG and closes
-the figure (long experiment scripts plot many times).
+the figure (long experiments plot many times).
 
-    from plotting import new_figure, save_figure  # scripts/ is on sys.path in a script
+    from swarmnode.lab.plotting import new_figure, save_figure
     fig, (ax,) = new_figure()
     ax.plot(xs, ys, label="reward")
     save_figure(fig, path, title="...")

@@ -18,7 +18,7 @@ same groups and machine noise hits both alike:
 Round time = time between consecutive metrics records, after ``--warmup`` rounds;
 the figure is the ratio of medians (goal: <= 1.05).
 
-Model: a tiny Llama (tests/tiny.py: 2 layers, hidden 64) by default, because
+Model: a tiny Llama (swarmnode/lab/tiny.py: 2 layers, hidden 64) by default, because
 two embedded-model nodes on this 2-core machine would take minutes per round each;
 ``--model`` takes any folder or ``embedded:smollm2-135m``.
 
@@ -52,16 +52,14 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from swarmnode.config import SwarmConfig, parse_config  # noqa: E402
-from swarmnode.learn.groups import RolloutGroup  # noqa: E402
-from swarmnode.learn.metrics import read_rounds  # noqa: E402
-from swarmnode.learn.tasks import TaskMix  # noqa: E402
-from swarmnode.ops.control import ControlError, query_status  # noqa: E402
-from swarmnode.p2p.transport import GossipTransport  # noqa: E402
-from swarmnode.share.wire import encode_batch  # noqa: E402
+from swarmnode.config import SwarmConfig, parse_config
+from swarmnode.lab import REPO
+from swarmnode.learn.groups import RolloutGroup
+from swarmnode.learn.metrics import read_rounds
+from swarmnode.learn.tasks import TaskMix
+from swarmnode.ops.control import ControlError, query_status
+from swarmnode.p2p.transport import GossipTransport
+from swarmnode.share.wire import encode_batch
 
 TASKS = {
     "datasets": [
@@ -209,7 +207,7 @@ async def amain(args: argparse.Namespace) -> dict[str, Any]:
     tmp = Path(tempfile.mkdtemp(prefix="bench-swarm-"))
     model = args.model
     if model is None:
-        from tests.tiny import make_tiny_model
+        from swarmnode.lab.tiny import make_tiny_model
 
         model = str(make_tiny_model(tmp / "tiny", "llama"))
     shape = (args.questions, args.completions, args.tokens)

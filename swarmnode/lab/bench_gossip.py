@@ -190,7 +190,8 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
         subprocess.Popen(
             [
                 sys.executable,
-                __file__,
+                "-m",
+                "swarmnode.lab.bench_gossip",
                 "--worker",
                 str(i),
                 "--boot",

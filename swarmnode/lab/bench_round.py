@@ -288,9 +288,10 @@ def main() -> int:
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
     )
+    reward_funcs: list[Any] = [accuracy]  # TRL types a reward as returning list[float | None]
     theirs = GRPOTrainer(
         model=str(source),
-        reward_funcs=[accuracy],
+        reward_funcs=reward_funcs,
         args=trl_args,
         train_dataset=Dataset.from_list(rows),
         processing_class=load_tokenizer(source),
@@ -363,14 +364,14 @@ def main() -> int:
             note=note,
         )
 
-    class Interleave(TrainerCallback):  # type: ignore[misc]
+    class Interleave(TrainerCallback):
         """Times each TRL optimizer step; runs swarmnode's round k before or after it."""
 
         def __init__(self) -> None:
             self.t0 = 0.0
             self.calls_before = 0
 
-        def on_step_begin(self, args_: Any, state: Any, control: Any, **_: Any) -> None:
+        def on_step_begin(self, args_: Any, state: Any, control: Any, **_: Any) -> None:  # type: ignore[override]
             k = state.global_step
             if k % 2 == 1:
                 run_ours(k)
@@ -380,7 +381,7 @@ def main() -> int:
             self.calls_before = len(gen_calls)
             self.t0 = time.perf_counter()
 
-        def on_step_end(self, args_: Any, state: Any, control: Any, **_: Any) -> None:
+        def on_step_end(self, args_: Any, state: Any, control: Any, **_: Any) -> None:  # type: ignore[override]
             sync()
             elapsed = time.perf_counter() - self.t0
             k = state.global_step - 1  # already advanced past the step that just ended

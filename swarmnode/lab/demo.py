@@ -25,7 +25,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from localswarm import REPO, bootstrap_addr, free_port, start_node, swarm_section
+
+from swarmnode.lab import REPO
+from swarmnode.lab.localswarm import bootstrap_addr, free_port, start_node, swarm_section
 
 
 def node_config(
@@ -55,7 +57,6 @@ def pump(name: str, stream: Any) -> None:
 
 
 def summary(out: Path, n: int) -> None:
-    sys.path.insert(0, str(REPO))
     from swarmnode.learn.metrics import read_rounds
 
     print("\nnode    rounds  reward first5  reward last5  external groups trained  peers")

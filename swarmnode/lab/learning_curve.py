@@ -17,12 +17,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from plotting import new_figure, save_figure  # noqa: E402
-
-from swarmnode.learn.metrics import moving_average, read_rounds  # noqa: E402
+from swarmnode.lab import REPO
+from swarmnode.lab.plotting import new_figure, save_figure
+from swarmnode.learn.metrics import moving_average, read_rounds
 
 
 def plot(rounds: list[int], rewards: list[float], avg: list[float], path: Path, title: str) -> None:

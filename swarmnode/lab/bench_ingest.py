@@ -23,23 +23,16 @@ and the groups offered, accepted, verified and taken for training.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
-from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-sys.path.insert(0, str(REPO / "scripts"))
-
-from bench_flood import flood_payload, flood_pool  # noqa: E402
-from bench_swarm import TASKS  # noqa: E402
-
-from swarmnode.config import parse_config  # noqa: E402
-from swarmnode.learn.rewards import make_scorer  # noqa: E402
-from swarmnode.learn.tasks import preload  # noqa: E402
-from swarmnode.share.ingest import Catalog, IngestQueue  # noqa: E402
-from swarmnode.share.sampler import SwarmSampler  # noqa: E402
-from swarmnode.share.wire import decode_batch  # noqa: E402
+from swarmnode.config import parse_config
+from swarmnode.lab.bench_flood import flood_payload, flood_pool
+from swarmnode.lab.bench_swarm import TASKS
+from swarmnode.learn.rewards import make_scorer
+from swarmnode.learn.tasks import preload
+from swarmnode.share.ingest import Catalog, IngestQueue
+from swarmnode.share.sampler import SwarmSampler
+from swarmnode.share.wire import decode_batch
 
 
 def payloads(n: int, groups: int) -> list[bytes]:

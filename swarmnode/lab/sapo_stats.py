@@ -6,7 +6,7 @@ compared *paired* by (seed, node): the unit of resampling is the pair, and the
 interval is a percentile bootstrap of the mean paired difference (and of the ratio
 of means, for the relative change).
 
-Pure functions, no I/O: scripts/sapo_experiment.py reads the CSVs and calls these.
+Pure functions, no I/O: sapo_experiment.py reads the CSVs and calls these.
 """
 
 from __future__ import annotations

@@ -2,22 +2,21 @@
 
 ``make_tiny_model(folder, arch)`` writes a folder that ``from_pretrained`` loads like
 any hub model: a few-layer model (Llama or Qwen2 architecture) and a byte-level BPE
-tokenizer trained on a small corpus, with a ChatML chat template.
+tokenizer trained on a small corpus, with a ChatML chat template. The tests' model
+fixture and the benchmarks' default model (bench_swarm, bench_flood, bench_scale).
+
+torch, tokenizers and transformers are imported inside the functions, so importing
+this module is light.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
-from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-from transformers import (
-    LlamaConfig,
-    LlamaForCausalLM,
-    PreTrainedTokenizerFast,
-    Qwen2Config,
-    Qwen2ForCausalLM,
-)
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerFast
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
@@ -37,6 +36,9 @@ _CORPUS = [
 
 
 def make_tokenizer(vocab_size: int) -> PreTrainedTokenizerFast:
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -59,6 +61,8 @@ def warm_up(model: torch.nn.Module, tok: PreTrainedTokenizerFast, steps: int) ->
     tiny model emits the answer format and is right by chance now and then: its
     rollout groups then carry a real reward signal."""
     import random
+
+    import torch
 
     from swarmnode.learn.tasks import build_messages
 
@@ -85,6 +89,9 @@ def warm_up(model: torch.nn.Module, tok: PreTrainedTokenizerFast, steps: int) ->
 
 def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0, warm_steps: int = 80) -> Path:
     """Write a tiny model + tokenizer to ``folder`` and return it."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+
     torch.manual_seed(seed)
     tok = make_tokenizer(vocab_size=400 if arch == "llama" else 360)
     common = {
@@ -99,6 +106,7 @@ def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0, warm_steps
         "pad_token_id": tok.pad_token_id,
         "bos_token_id": None,
     }
+    model: PreTrainedModel
     if arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common, tie_word_embeddings=True))
     elif arch == "qwen2":

@@ -1,4 +1,4 @@
-"""Run swarmnode nodes as local processes on loopback (for demo.py and sapo_experiment.py).
+"""Run swarmnode nodes as local processes on loopback (for demo, soak and sapo_experiment).
 
 Node 0 of a swarm is the others' bootstrap peer: its identity is made before it
 starts, so the others know its peer ID in advance.
@@ -15,7 +15,7 @@ from typing import IO, Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
+from swarmnode.lab import REPO
 
 
 def free_port() -> int:

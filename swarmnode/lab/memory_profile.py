@@ -32,8 +32,7 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
+from swarmnode.lab import REPO
 
 
 def status_mb(field: str) -> float:

@@ -1,6 +1,6 @@
 """The committed form of SAPO experiment runs, and back: so anyone can re-aggregate.
 
-A run folder of scripts/sapo_experiment.py (``<out>/<config>-s<seed>/``) holds node
+A run folder of sapo_experiment.py (``<out>/<config>-s<seed>/``) holds node
 data directories with checkpoints (megabytes each). What the aggregation reads is
 small, and that is what is committed under ``docs/experiments/.../raw/``:
 

@@ -1,6 +1,6 @@
 """Flood measurement: what a real node experiences when 1 peer or 5 Sybils flood it.
 
-The victim is a ``swarmnode start`` process training a tiny model (tests/tiny.py),
+The victim is a ``swarmnode start`` process training a tiny model (swarmnode/lab/tiny.py),
 or ``--model`` (e.g. the embedded model a user's node runs), in a swarm, with
 ``--external`` peer groups per round. An honest peer (a ``GossipTransport`` in this
 process) publishes one realistic batch of catalog items each time the victim
@@ -65,21 +65,16 @@ from typing import Any
 
 import yaml
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from swarmnode.config import SwarmConfig, parse_config  # noqa: E402
-from swarmnode.learn.metrics import RoundRecord, read_rounds  # noqa: E402
-from swarmnode.learn.model import cpu_has_bf16  # noqa: E402
-from swarmnode.learn.rewards import make_scorer  # noqa: E402
-from swarmnode.learn.tasks import TaskMix  # noqa: E402
-from swarmnode.ops.control import ControlError, query_status  # noqa: E402
-from swarmnode.p2p.gossip import topic_for  # noqa: E402
-from swarmnode.p2p.transport import GossipTransport  # noqa: E402
-from swarmnode.share.wire import encode_batch  # noqa: E402
-
-sys.path.insert(0, str(REPO / "scripts"))
-from bench_swarm import TASKS, node_cfg, peer_batch  # noqa: E402
+from swarmnode.config import SwarmConfig, parse_config
+from swarmnode.lab import REPO
+from swarmnode.lab.bench_swarm import TASKS, node_cfg, peer_batch
+from swarmnode.learn.metrics import RoundRecord, read_rounds
+from swarmnode.learn.rewards import make_scorer
+from swarmnode.learn.tasks import TaskMix
+from swarmnode.ops.control import ControlError, query_status
+from swarmnode.p2p.gossip import topic_for
+from swarmnode.p2p.transport import GossipTransport
+from swarmnode.share.wire import encode_batch
 
 TOPIC = topic_for("default")
 # The victim's sapo.freshness_s: a phase's flood groups expire before the next phase
@@ -422,7 +417,7 @@ def start_node(
     ``cpus`` only if given (set in the child before exec, so all its threads);
     ``verify`` is its ``sapo.verify``."""
     if model is None:
-        from tests.tiny import make_tiny_model
+        from swarmnode.lab.tiny import make_tiny_model
 
         model = str(make_tiny_model(tmp / "tiny", "llama"))
     cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
@@ -445,7 +440,8 @@ def start_node(
 def start_flooder(
     addr: str, identities: int, rate: float, groups: int, seed: int
 ) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, __file__, "--flooder", addr, "--identities", str(identities)]
+    argv = [sys.executable, "-m", "swarmnode.lab.bench_flood", "--flooder", addr]
+    argv += ["--identities", str(identities)]
     argv += ["--flood-rate", str(rate), "--flood-groups", str(groups), "--flood-seed", str(seed)]
     flooder = subprocess.Popen(
         argv,
@@ -646,6 +642,8 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
 
 
 async def amain(args: argparse.Namespace) -> int:
+    from swarmnode.learn.model import cpu_has_bf16  # torch: only the measuring side
+
     tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
     cpus = pin_cpus(args.pin)
     net_share = None if args.max_net_share == "null" else float(args.max_net_share)

@@ -40,11 +40,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from localswarm import REPO, bootstrap_addr, free_port, node_base, start_node, swarm_section
-from plotting import new_figure, save_figure
 
-sys.path.insert(0, str(REPO))
-
+from swarmnode.lab import REPO
+from swarmnode.lab.localswarm import (
+    bootstrap_addr,
+    free_port,
+    node_base,
+    start_node,
+    swarm_section,
+)
+from swarmnode.lab.plotting import new_figure, save_figure
 from swarmnode.learn.metrics import read_rounds
 
 FIELDS = [

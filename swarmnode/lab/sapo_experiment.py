@@ -43,7 +43,7 @@ reads whatever runs exist (``--aggregate`` does only that) and writes to --out:
 ``--export-raw DIR`` copies the small files of every finished run (configs, metrics,
 held-out results) to DIR, the form committed under docs/experiments/; ``--import-raw
 DIR`` lays such a folder out under --out again, so the committed tables can be
-recomputed from the committed data (scripts/sapo_raw.py).
+recomputed from the committed data (swarmnode/lab/sapo_raw.py).
 
 The last line printed carries, per configuration, runs, rounds, groups and tokens
 trained, cumulative reward and held-out accuracy.
@@ -64,20 +64,24 @@ import json
 import math
 import shutil
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import yaml
-from localswarm import REPO, bootstrap_addr, free_port, node_base, start_node, swarm_section
-from plotting import new_figure, save_figure
-from sapo_raw import export_raw, import_raw
-from sapo_stats import mean_band, paired_diff
 
-sys.path.insert(0, str(REPO))
-
+from swarmnode.lab import REPO
+from swarmnode.lab.localswarm import (
+    bootstrap_addr,
+    free_port,
+    node_base,
+    start_node,
+    swarm_section,
+)
+from swarmnode.lab.plotting import new_figure, save_figure
+from swarmnode.lab.sapo_raw import export_raw, import_raw
+from swarmnode.lab.sapo_stats import mean_band, paired_diff
 from swarmnode.learn.metrics import read_metrics
 
 CONFIGS = (
@@ -500,10 +504,10 @@ def summarise(
         key = (r["seed"], r["node"])
         cumulative[r["config"]][key] += r["reward"]
         walls[r["config"]][key] = max(walls[r["config"]].get(key, 0.0), r["compute_s"])
-        for k in ("groups_trained", "external_groups", "completed_groups"):
-            totals[r["config"]][k] += r[k]
-        for k in ("tokens_generated", "tokens_trained"):
-            totals[r["config"]][k] += r[k]
+        for col in ("groups_trained", "external_groups", "completed_groups"):
+            totals[r["config"]][col] += r[col]
+        for col in ("tokens_generated", "tokens_trained"):
+            totals[r["config"]][col] += r[col]
     acc = {
         n: {(h["seed"], h["node"]): h["heldout_accuracy"] for h in held if h["config"] == n}
         for n in names

@@ -29,14 +29,10 @@ from __future__ import annotations
 
 import argparse
 import csv
-import sys
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
-
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
 # (label, dataset, config): easy ends of the paper's specialties and a few more.
 CANDIDATES: list[tuple[str, str, dict[str, Any]]] = [
@@ -186,7 +182,8 @@ def main() -> None:
     chosen = [c for c in CANDIDATES if wanted is None or wanted & {c[0], c[1]}]
     base = parse_config({"model": {"name": args.model}, "train": {"format_reward_weight": 0.0}})
     policy = load_policy(base.model, seed=0)
-    rows, tokens = [], 0
+    rows: list[dict[str, Any]] = []
+    tokens: float = 0  # an int: probe_signal counts tokens
     for label, name, config in chosen:
         t0 = time.perf_counter()
         cfg = parse_config(

@@ -3,22 +3,13 @@ module map and its links."""
 
 from __future__ import annotations
 
-import importlib.util
 import re
 from pathlib import Path
 
+from swarmnode.lab.config_reference import splice
+
 REPO = Path(__file__).resolve().parents[1]
 MAP_START, MAP_END = "<!-- module-map:start -->", "<!-- module-map:end -->"
-
-
-def _reference_module():  # type: ignore[no-untyped-def]
-    spec = importlib.util.spec_from_file_location(
-        "config_reference", REPO / "scripts" / "config_reference.py"
-    )
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def _readme() -> str:
@@ -27,7 +18,7 @@ def _readme() -> str:
 
 def test_config_reference_is_current() -> None:
     page = (REPO / "docs" / "config.md").read_text(encoding="utf-8")
-    assert _reference_module().splice(page) == page, (
+    assert splice(page) == page, (
         "docs/config.md is stale: run python scripts/config_reference.py --write"
     )
 

@@ -31,6 +31,7 @@ Local swarms and the experiment harness
 Helpers
     plotting          headless matplotlib figures in the house look
     tiny              tiny random Llama/Qwen2 models with real tokenizers
+    config_reference  the config reference table, generated from the config models
 
 Invariants: importing ``swarmnode.lab`` or any of its modules loads no torch,
 transformers or matplotlib (they are imported inside the functions that use them),

@@ -7,12 +7,14 @@ Run: python scripts/config_reference.py [--write]  (--write updates docs/config.
 from __future__ import annotations
 
 import json
+import sys
 from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from swarmnode.config import Config
+from swarmnode.lab import REPO
 
 
 def _type(annotation: Any) -> str:
@@ -66,12 +68,14 @@ def splice(page: str) -> str:
     return f"{head}{START}\n{reference()}\n{END}{tail}"
 
 
-if __name__ == "__main__":
-    import sys
-    from pathlib import Path
-
+def main() -> None:
+    """``--write``: splice the table into docs/config.md; anything else: print it."""
     if sys.argv[1:] == ["--write"]:
-        path = Path(__file__).resolve().parents[1] / "docs" / "config.md"
+        path = REPO / "docs" / "config.md"
         path.write_text(splice(path.read_text(encoding="utf-8")), encoding="utf-8")
     else:
         print(reference())
+
+
+if __name__ == "__main__":
+    main()

@@ -41,6 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -255,7 +256,7 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
 
 
 def report(
-    args: argparse.Namespace, io: str, results: list[dict[str, Any]], boot: dict[str, Any]
+    args: argparse.Namespace, io: str, results: list[dict[str, Any]], boot: Mapping[str, Any]
 ) -> dict[str, Any]:
     sent = {r["peer_id"]: r["sent"] for r in results}
     lats: list[float] = []

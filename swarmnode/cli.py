@@ -111,38 +111,143 @@ def start(
         raise _fail(err.one_line(), err.exit_code) from None
 
 
+def _node_config(config: Path | None, data_dir: Path | None, sets: list[str] | None = None) -> Any:
+    """The config of ``--config F`` or, alone, ``--data-dir D``'s config.resolved.yaml."""
+    from swarmnode.errors import SwarmnodeError
+    from swarmnode.ops.nodedir import node_config
+
+    try:
+        return node_config(config, data_dir, sets)
+    except SwarmnodeError as err:
+        raise _fail(err.one_line(), err.exit_code) from None
+
+
+OptConfig = Annotated[Path | None, typer.Option("--config", "-c", help="Node YAML config file.")]
+ReadDirOpt = Annotated[
+    Path | None,
+    typer.Option("--data-dir", help="The node's data dir (alone: its config.resolved.yaml)."),
+]
+CheckpointOpt = Annotated[
+    str | None, typer.Option("--checkpoint", help="round-N (default: the newest).")
+]
+
+
 @app.command("eval")
 def eval_(
-    config: ConfigOpt,
-    data_dir: DataDirOpt = None,
+    config: OptConfig = None,
+    data_dir: ReadDirOpt = None,
     set_: SetOpt = None,
     items: Annotated[int, typer.Option(help="Held-out items per dataset.", min=1)] = 50,
+    base: Annotated[
+        bool, typer.Option("--base", help="Score the untrained base too, side by side.")
+    ] = False,
+    save: Annotated[
+        bool, typer.Option(help="Keep the result in <data_dir>/eval/ for the model card.")
+    ] = True,
     json_: Annotated[bool, typer.Option("--json", help="Print the raw result.")] = False,
 ) -> None:
     """Score the node's newest checkpoint on held-out items (seeds no node trains on)."""
-    cfg = _load(config, {"node.data_dir": data_dir and str(data_dir)}, set_)
+    cfg = _node_config(config, data_dir, set_)
     _logging("warning")
     logging.getLogger("swarmnode.learn.progress").setLevel(logging.INFO)  # lines where no TTY
     from swarmnode.errors import SwarmnodeError
     from swarmnode.learn.evaluate import evaluate
+    from swarmnode.ops.evalreport import compare, format_eval, save_eval
 
     try:
         result = evaluate(cfg, n=items)
+        untrained = evaluate(cfg, n=items, base=True) if base else None
     except SwarmnodeError as err:
         raise _fail(err.one_line(), err.exit_code) from None
+    paired = compare(result, untrained) if untrained is not None else None
+    if save and result["round"] > 0:
+        try:
+            saved = save_eval(Path(cfg.node.data_dir), result, untrained, paired)
+            typer.echo(f"saved {saved}", err=True)
+        except OSError as err:
+            typer.echo(f"warning: result not saved ({err})", err=True)
     if json_:
-        typer.echo(json.dumps(result, indent=1))
+        both = {**result, "base_result": untrained, "paired": paired} if base else result
+        typer.echo(json.dumps(both, indent=1))
         return
+    for line in format_eval(result, untrained, paired):
+        typer.echo(line)
+
+
+@app.command("export")
+def export_(
+    out: Annotated[Path, typer.Option("--out", help="New folder for the model (must not exist).")],
+    config: OptConfig = None,
+    data_dir: ReadDirOpt = None,
+    checkpoint: CheckpointOpt = None,
+) -> None:
+    """Write a checkpoint as a Hugging Face model folder (LoRA merged) with a model card."""
+    cfg = _node_config(config, data_dir)
+    _logging("warning")
+    from swarmnode.errors import SwarmnodeError
+    from swarmnode.ops.export import export
+
+    try:
+        done = export(cfg, out, checkpoint)
+    except SwarmnodeError as err:
+        raise _fail(err.one_line(), err.exit_code) from None
+    how = "LoRA merged into the base" if done.lora else "full weights"
     typer.echo(
-        f"checkpoint round {result['round']}, {result['items']} held-out items, strict "
-        f"accuracy (score 1.0); {result['seen_in_training']:.0%} of the questions also "
-        "occur in training"
+        f"exported round {done.round} ({how}, float32) to {done.out}: {len(done.files)} files"
     )
-    for name, d in sorted(result["per_dataset"].items()):
-        flag = "  COLLAPSED: one answer for most items" if d["collapsed"] else ""
-        typer.echo(f"  {name:<28} {d['accuracy']:.3f}  (mean score {d['mean_score']:.3f}){flag}")
-    lo, hi = result["interval"]
-    typer.echo(f"  {'all (95% interval)':<28} {result['accuracy']:.3f}  ({lo:.3f}-{hi:.3f})")
+
+
+@app.command()
+def ask(
+    question: Annotated[
+        str | None, typer.Argument(help="The question (default: read from stdin).")
+    ] = None,
+    config: OptConfig = None,
+    data_dir: ReadDirOpt = None,
+    model: Annotated[
+        Path | None, typer.Option("--model", help="An export folder instead of a data dir.")
+    ] = None,
+    checkpoint: CheckpointOpt = None,
+    item: Annotated[
+        str | None, typer.Option("--item", help="Ask an item of this dataset; show its score.")
+    ] = None,
+    index: Annotated[int | None, typer.Option(help="The item's index (default: random).")] = None,
+    max_new_tokens: Annotated[int | None, typer.Option(min=1, help="Default: the node's.")] = None,
+    temperature: Annotated[float, typer.Option(min=0.0, help="0: greedy.")] = 0.0,
+) -> None:
+    """Ask the node's newest checkpoint (or an export) one question; stream its answer."""
+    if model is not None and (config is not None or data_dir is not None):
+        raise _fail("give --model, or --config/--data-dir, not both")
+    if item is not None and question is not None:
+        raise _fail("give a question or --item, not both")
+    cfg: Any = _node_config(config, data_dir) if model is None else None
+    if item is None and question is None:
+        if sys.stdin.isatty():
+            typer.echo("(type the question, then Ctrl-D)", err=True)
+        question = sys.stdin.read().strip()
+        if not question:
+            raise _fail("no question: give one as an argument, on stdin, or --item DATASET")
+    _logging("warning")
+    from swarmnode.errors import SwarmnodeError
+    from swarmnode.ops import ask as asking
+
+    try:
+        if model is not None:
+            ans = asking.from_export(model)
+        else:
+            ans = asking.from_data_dir(cfg, checkpoint)
+        entry = None
+        if item is not None:
+            where = None if cfg is None else Path(cfg.node.data_dir)
+            ref, entry = asking.draw_item(ans.cfg, item, index, where)
+            question = str(entry["question"])
+            typer.echo(f"[{item} item {ref.index}, held-out seed] {question}")
+        typer.echo(f"({ans.label})", err=True)
+        completion = asking.answer(ans, str(question), sys.stdout, max_new_tokens, temperature)
+    except SwarmnodeError as err:
+        raise _fail(err.one_line(), err.exit_code) from None
+    if entry is not None:
+        typer.echo(asking.verdict(completion, entry))
 
 
 def _data_dir(config: Path | None, data_dir: Path | None) -> Path:
@@ -162,7 +267,6 @@ def _query(config: Path | None, data_dir: Path | None) -> dict[str, Any]:
         raise _fail(str(err), code=1) from None
 
 
-OptConfig = Annotated[Path | None, typer.Option("--config", "-c", help="Node YAML config file.")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="Print the raw JSON reply.")]
 
 

@@ -88,3 +88,47 @@ def test_help_imports_nothing_heavy() -> None:
         timeout=60,
     )
     assert proc.returncode == 0 and "start" in proc.stdout
+
+
+def test_eval_from_data_dir_alone_with_base(tiny_model_dir: Path, tmp_path: Path) -> None:
+    import json
+
+    data = tmp_path / "d"
+    config = write_config(tmp_path / "n.yaml", tiny_config(tiny_model_dir, data))
+    proc = subprocess.run(
+        [sys.executable, "-m", "swarmnode.cli", "start", "-c", str(config), "--max-rounds", "1"],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr
+    base = [sys.executable, "-m", "swarmnode.cli", "eval", "--data-dir", str(data)]
+    run = subprocess.run(
+        [*base, "--items", "3", "--base", "--json"],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout)
+    assert result["round"] == 1 and result["base_result"]["round"] == 0
+    paired = result["paired"]
+    assert paired["items"] == result["items"] and paired["unpaired"] == 0
+    assert paired["trained"] == round(result["accuracy"], 3)
+    assert paired["base"] == round(result["base_result"]["accuracy"], 3)
+    saved = json.loads((data / "eval" / "round-000001.json").read_text())
+    assert saved["paired"] == paired and saved["base"]["accuracy"] == paired["base"]
+    missing = subprocess.run(
+        [*base[:-1], str(tmp_path / "nowhere")],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert missing.returncode == 2 and "no such directory" in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) == 1

@@ -3,7 +3,11 @@
 Modules: ``control`` (the status socket and its client), ``report`` (``swarmnode
 status`` / ``peers`` text), ``monitor`` (``/metrics``, ``/api/state`` and the
 dashboard in ``dashboard/``), ``monitor_view`` (a daemon's view for the monitor),
-``keys`` (the ``keygen`` / ``id`` commands).
+``keys`` (the ``keygen`` / ``id`` commands), ``nodedir`` (a data directory as
+``eval`` / ``export`` / ``ask`` read it: resolved config, verified checkpoint),
+``evalreport`` (``eval``'s text, the paired difference with the base, saved
+results), ``export`` (a checkpoint as a Hugging Face model folder), ``model_card``
+(its ``README.md``), ``ask`` (one question to the trained model, streamed).
 
 Invariant: reads the daemons through what they publish; nothing in ``learn``,
 ``share`` or ``p2p`` imports this package.

@@ -4,6 +4,7 @@ aggregation with paired intervals, and a last line that proves the work was done
 from __future__ import annotations
 
 import csv
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -165,3 +166,34 @@ def test_resume_with_more_rounds_continues_a_finished_run(
         assert cfg["node"]["data_dir"] == str(moved / "none-s0" / f"n{i}")
         held = (moved / "none-s0" / f"n{i}" / "heldout.json").read_text()
         assert '"round": 5' in held  # scored again after the new rounds
+
+
+def test_quick_runs_the_fair_comparison_arms(tiny_model_dir: Path, tmp_path: Path) -> None:
+    """--quick's default arms: none, self-replay and heavy-pos, each run recording its
+    commit; the raw form carries every trained item and every held-out item."""
+    out = tmp_path / "fair"
+    proc = run("--quick", "--model", str(tiny_model_dir), "--out", str(out))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    last = proc.stdout.strip().splitlines()[-1]
+    for arm in ("none", "self-replay", "heavy-pos"):
+        assert f"{arm}_runs=1" in last
+        info = json.loads((out / f"{arm}-s0" / "run.json").read_text())
+        assert len(info["commit"].removesuffix("+dirty")) == 40 and info["lr_scale"] == 1.0
+    lone = yaml.safe_load((out / "self-replay-s0" / "n0.yaml").read_text())
+    assert lone["sapo"]["self_replay"] is True and lone["swarm"]["enabled"] is False
+    raw = tmp_path / "raw"
+    agg = run("--quick", "--out", str(out), "--aggregate", "--export-raw", str(raw))
+    assert agg.returncode == 0, agg.stdout + agg.stderr
+    for arm in ("none", "self-replay", "heavy-pos"):
+        trained = (raw / f"{arm}-s0" / "n0.trained_items.jsonl").read_text().splitlines()
+        items = (raw / f"{arm}-s0" / "n0.heldout_items.jsonl").read_text().splitlines()
+        assert items and all(set(json.loads(x)) >= {"question", "score"} for x in items)
+        assert all(set(json.loads(x)) == TRAINED_KEYS for x in trained)
+    heavy = raw / "heavy-pos-s0" / "n0.trained_items.jsonl"
+    sources = {json.loads(x)["source"] for x in heavy.read_text().splitlines()}
+    assert "replay" not in sources  # heavy-pos replays nothing; its sources: local, peers
+    replayed = (raw / "self-replay-s0" / "n0.trained_items.jsonl").read_text()
+    assert {json.loads(x)["source"] for x in replayed.splitlines()} <= {"local", "replay"}
+
+
+TRAINED_KEYS = {"round", "source", "dataset", "config", "seed", "index"}

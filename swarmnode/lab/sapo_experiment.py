@@ -71,6 +71,7 @@ from typing import Any
 
 import yaml
 
+from swarmnode.config import TrainConfig
 from swarmnode.lab import REPO
 from swarmnode.lab.localswarm import (
     bootstrap_addr,
@@ -86,6 +87,7 @@ from swarmnode.learn.metrics import read_metrics
 
 CONFIGS = (
     "none",
+    "self-replay",
     "balanced",
     "heavy",
     "adaptive",
@@ -109,7 +111,8 @@ TRAIN_OVERRIDES: dict[str, dict[str, Any]] = {
     "balanced-pos-is": {"importance_weights": "sequence"},
     "complete-nomask": {"external_min_prob": 0.0},
 }
-POSITIVE_ONLY = ("balanced-pos", "heavy-pos", "complete-pos", "balanced-pos-is")
+POSITIVE_ONLY = ("balanced-pos", "heavy-pos", "complete-pos", "balanced-pos-is", "self-replay")
+LONE = ("none", "self-replay")  # configurations whose nodes train alone (no swarm)
 
 
 def train_overrides(name: str) -> dict[str, Any]:
@@ -122,6 +125,9 @@ def sharing(name: str, budget: int) -> dict[str, Any]:
     quarter = max(1, budget // 4)
     table: dict[str, dict[str, Any]] = {
         "none": {"local_groups": budget, "external_groups": 0},
+        # the strongest lone node: its own past groups with signal fill the slots its
+        # current groups leave empty, trained as heavy-pos trains peers' (positives)
+        "self-replay": {"local_groups": budget, "external_groups": 0, "self_replay": True},
         "balanced": {"local_groups": budget - half, "external_groups": half},
         "heavy": {"local_groups": quarter, "external_groups": budget - quarter},
         "adaptive": {"local_groups": budget - half, "external_groups": half, "mode": "adaptive"},
@@ -176,6 +182,9 @@ def node_config(
         **train_overrides(name),
         "seed": 1000 * seed + i,
     }
+    if args.lr_scale != 1.0:  # the learning-rate check: each arm at its own best step
+        lr = cfg["train"].get("learning_rate", TrainConfig().learning_rate)
+        cfg["train"]["learning_rate"] = lr * args.lr_scale
     rollout = cfg.setdefault("rollout", {})
     rollout["questions_per_round"] = args.questions
     rollout["completions_per_question"] = args.completions
@@ -183,7 +192,7 @@ def node_config(
     # Every 10 rounds: an interrupted run continues from there (see run_once).
     cfg["checkpoint"] = {"every_rounds": min(10, max(1, args.rounds)), "keep": 1}
     cfg["sapo"] = {**cfg.get("sapo", {}), **sharing(name, args.questions)}
-    cfg["swarm"] = swarm_section(f"exp-{name}-s{seed}", port, boot, enabled=name != "none")
+    cfg["swarm"] = swarm_section(f"exp-{name}-s{seed}", port, boot, enabled=name not in LONE)
     return cfg
 
 
@@ -222,7 +231,7 @@ def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any
         else:
             port = free_port()
             cfg = node_config(base, args, name, seed, i, data, port, boot)
-            if i == 0 and name != "none":
+            if i == 0 and name not in LONE:
                 boot = bootstrap_addr(data, port)
         procs.append(start_node(cfg, configs[i], args.threads, log))
     deadline = time.monotonic() + args.timeout
@@ -245,8 +254,25 @@ def run_once(name: str, seed: int, args: argparse.Namespace, base: dict[str, Any
         "wall_s": round(time.time() - started, 1),  # of the last segment
         "continued": resume,
         "nodes": args.nodes,
+        "commit": code_version(),  # every arm of one comparison runs on one commit
+        "lr_scale": args.lr_scale,
     }
     (root / "run.json").write_text(json.dumps(info))
+
+
+def code_version() -> str:
+    """The commit the nodes ran (``+dirty`` when swarmnode/ had uncommitted changes)."""
+    git = ["git", "-C", str(REPO)]
+    try:
+        head = subprocess.run([*git, "rev-parse", "HEAD"], capture_output=True, text=True)
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", "swarmnode"], capture_output=True, text=True
+        )
+    except OSError:
+        return "unknown"
+    if head.returncode != 0:
+        return "unknown"
+    return head.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
 
 
 def heldout(d: Path, per_dataset: int) -> dict[str, Any]:
@@ -260,9 +286,13 @@ def heldout(d: Path, per_dataset: int) -> dict[str, Any]:
         from swarmnode.learn.evaluate import evaluate
 
         cfg = load_config(d / "config.resolved.yaml")
-        cache.write_text(json.dumps(evaluate(cfg, n=per_dataset)))
-    result: dict[str, Any] = json.loads(cache.read_text())
-    return result
+        result = evaluate(cfg, n=per_dataset)
+        records = result.pop("records", [])
+        lines = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records)
+        (d / "heldout_items.jsonl").write_text(lines)  # one line per item: bootstrap over items
+        cache.write_text(json.dumps(result))
+    held: dict[str, Any] = json.loads(cache.read_text())
+    return held
 
 
 def base_heldout(args: argparse.Namespace, d: Path, per_dataset: int) -> dict[str, Any]:
@@ -569,7 +599,11 @@ def main() -> None:
     )
     ap.add_argument("--seeds", type=int, default=1, help="run seeds 0..K-1 of each config")
     ap.add_argument("--seed-list", help="comma-separated seeds instead of --seeds")
-    ap.add_argument("--configs", default="none,balanced,adaptive,complete")
+    ap.add_argument(
+        "--configs",
+        help="comma-separated configurations (default none,balanced,adaptive,complete; "
+        "with --quick none,self-replay,heavy-pos)",
+    )
     ap.add_argument("--base", type=Path, default=REPO / "configs" / "specialties.yaml")
     ap.add_argument("--model", help="override model.name (e.g. a tiny model folder)")
     ap.add_argument("--questions", type=int, default=4, help="Q = B, groups made and trained")
@@ -584,6 +618,13 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=7200, help="per run, seconds")
     ap.add_argument("--out", type=Path, default=REPO / "runs" / "sapo")
     ap.add_argument("--quick", action="store_true", help="2 nodes, 3 rounds, small batches")
+    ap.add_argument(
+        "--lr-scale",
+        type=float,
+        default=1.0,
+        help="multiply every node's train.learning_rate (the learning-rate check); "
+        "use one --out per scale",
+    )
     ap.add_argument("--resume", action="store_true", help="skip runs that already finished")
     ap.add_argument("--aggregate", action="store_true", help="only aggregate existing runs")
     ap.add_argument(
@@ -599,6 +640,10 @@ def main() -> None:
         args.nodes, args.questions, args.completions = 2, 2, 4
         args.max_new_tokens, args.heldout, args.window = 8, 2, 2
     args.rounds = args.rounds or (3 if args.quick else 60)
+    if args.configs is None:
+        args.configs = (
+            "none,self-replay,heavy-pos" if args.quick else "none,balanced,adaptive,complete"
+        )
     base = yaml.safe_load(args.base.read_text())
     args.per_dataset = max(1, math.ceil(args.heldout / len(base["tasks"]["datasets"])))
     args.out.mkdir(parents=True, exist_ok=True)

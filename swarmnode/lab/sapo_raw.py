@@ -8,6 +8,8 @@ small, and that is what is committed under ``docs/experiments/.../raw/``:
     raw/<config>-s<seed>/n<i>.yaml           the node's config as launched
     raw/<config>-s<seed>/n<i>.metrics.jsonl  one record per round
     raw/<config>-s<seed>/n<i>.heldout.json   its strict held-out result
+    raw/<config>-s<seed>/n<i>.heldout_items.jsonl  that result, one line per item
+    raw/<config>-s<seed>/n<i>.trained_items.jsonl  one line per group it trained on
     base-heldout.json (beside raw/)         the untrained model on the same items
 
 ``export_raw`` writes that from finished runs; ``import_raw`` lays it out again as
@@ -41,8 +43,9 @@ def export_raw(out: Path, raw: Path) -> list[str]:
             node = root / cfg.stem
             shutil.copy2(cfg, dest / cfg.name)
             shutil.copy2(node / "metrics.jsonl", dest / f"{cfg.stem}.metrics.jsonl")
-            if (node / "heldout.json").is_file():
-                shutil.copy2(node / "heldout.json", dest / f"{cfg.stem}.heldout.json")
+            for name in ("heldout.json", "heldout_items.jsonl", "trained_items.jsonl"):
+                if (node / name).is_file():
+                    shutil.copy2(node / name, dest / f"{cfg.stem}.{name}")
         done.append(root.name)
     if (out / "base-heldout.json").is_file():
         shutil.copy2(out / "base-heldout.json", raw.parent / "base-heldout.json")
@@ -90,9 +93,9 @@ def import_raw(raw: Path, out: Path) -> list[str]:
             shutil.copy2(cfg, dest / cfg.name)
             shutil.copy2(cfg, node / "config.resolved.yaml")
             shutil.copy2(src / f"{cfg.stem}.metrics.jsonl", node / "metrics.jsonl")
-            held = src / f"{cfg.stem}.heldout.json"
-            if held.is_file():
-                shutil.copy2(held, node / "heldout.json")
+            for name in ("heldout.json", "heldout_items.jsonl", "trained_items.jsonl"):
+                if (src / f"{cfg.stem}.{name}").is_file():
+                    shutil.copy2(src / f"{cfg.stem}.{name}", node / name)
         (dest / "run.json").write_text(json.dumps(info))
         done.append(src.name)
     return done

@@ -8,7 +8,9 @@ from __future__ import annotations
 from typing import Any
 
 import trio
+from libp2p.host.exceptions import StreamFailure
 from libp2p.peer.id import ID
+from libp2p.protocol_muxer.exceptions import MultiselectClientError
 
 from swarmnode.p2p.liveness import Liveness
 from swarmnode.share.inbox import Counters
@@ -126,5 +128,62 @@ def test_an_answer_resets_the_count_and_gone_peers_are_forgotten() -> None:
                 await trio.sleep(0.1)  # run() waits interval_s: the timed-out pings end
                 assert await live.check(nursery) == []
                 assert live.missed == {} and host.disconnected == []
+
+    trio.run(main)
+
+
+NO_PING, LISTS_NO_PING = ID(b"no-ping"), ID(b"lists-no-ping")
+
+
+class Peerstore:
+    """What identify told: LISTS_NO_PING serves identify and meshsub only."""
+
+    def get_protocols(self, peer: ID) -> list[str]:
+        if peer == LISTS_NO_PING:
+            return ["/ipfs/id/1.0.0", "/meshsub/1.1.0"]
+        raise KeyError(peer)  # py-libp2p raises PeerStoreError: not identified yet
+
+
+class OptionalPingHost(FakeHost):
+    """NO_PING answers the negotiation of /ipfs/ping/1.0.0 with "na" (as js-libp2p
+    without a ping service); LISTS_NO_PING was never asked (identify said enough).
+    Neither connection has a muxer that can be asked, so neither can be checked."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connected = {ALIVE, NO_PING, LISTS_NO_PING, DEAD}
+        self.socket_closed = {p: trio.Event() for p in self.connected}
+        self.asked: list[ID] = []
+
+    def get_peerstore(self) -> Peerstore:
+        return Peerstore()
+
+    async def new_stream(self, peer: ID, protocols: list[Any]) -> EchoStream:
+        self.asked.append(peer)
+        if peer == NO_PING:
+            try:
+                raise MultiselectClientError("protocols not supported: tried ['/ipfs/ping/1.0.0']")
+            except MultiselectClientError as err:
+                raise StreamFailure(f"failed to open a stream to peer {peer}") from err
+        return await super().new_stream(peer, protocols)
+
+
+def test_a_peer_without_ping_is_not_dead_and_no_reply_still_is() -> None:
+    async def main() -> None:
+        host, counters = OptionalPingHost(), Counters()
+        live = Liveness(host, counters, timeout_s=0.2, interval_s=0.0, misses=2)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                for _ in range(4):
+                    dropped = await live.check(nursery)
+                    await trio.sleep(0.05)
+                assert dropped == [] and host.disconnected == [DEAD]
+                assert live.no_ping == {NO_PING, LISTS_NO_PING}
+        assert NO_PING in host.asked and LISTS_NO_PING not in host.asked
+        assert host.asked.count(NO_PING) == 1  # refused once: not asked again
+        snap = counters.snapshot()
+        assert snap["ping_unsupported"] == 2 and snap["peers_unresponsive"] == 1
+        # neither connection could be asked (no yamux here): 3 and 4 rounds, no misses
+        assert snap["ping_unverifiable"] == 7 and snap["ping_missed"] == 2
 
     trio.run(main)

@@ -165,6 +165,21 @@ def _protocol_of(stream: Any) -> str:
         return "unnegotiated"
 
 
+def live_tasks() -> int:
+    """The tasks alive in the current trio run (the task tree from its root): what a
+    flood or churn would grow if anything leaked a task per peer or message."""
+    todo = [trio.lowlevel.current_root_task()]
+    n = 0
+    while todo:
+        task = todo.pop()
+        if task is None:
+            continue
+        n += 1
+        for nursery in task.child_nurseries:
+            todo.extend(nursery.child_tasks)
+    return n
+
+
 class ContainedManager(TrioManager):
     """py-libp2p's service manager, with every non-daemon task contained (module
     docstring); daemon tasks and the service's own ``run`` stay fail-stop."""

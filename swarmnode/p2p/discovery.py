@@ -17,6 +17,17 @@ Invariants:
   (graylisted) peers are never dialled.
 - A peer without direct addresses, or whose direct dial fails, is dialled through a
   relay it advertises (``nat.NatTraversal``).
+- The node never dials itself: not its own peer ID (a bootstrap list that names the
+  node, as one config shared by a compose file does), and not one of its own
+  listen or announce addresses under another peer's ID (in Docker every node
+  listens on 4001 and a peer advertises 127.0.0.1:4001, which is this node).
+  The address rule sits on the swarm's connection gate, so py-libp2p's own dialers
+  (its auto-connector) keep it too. Each skip is counted (``dial.self_skipped``,
+  ``dial.own_addr_skipped``) and logged at debug.
+- The DHT asks only peers that may serve it: one whose identify lists its protocols
+  without ``/ipfs/kad/1.0.0`` is dropped from the routing table and not queried
+  (``dht.skipped_no_kad``, debug): it is not an error, and py-libp2p logged one at
+  ERROR for every such peer on every lookup.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from typing import Any
 
 import multiaddr
 import trio
+from libp2p.kad_dht.common import PROTOCOL_ID as KAD_PROTOCOL
 from libp2p.kad_dht.kad_dht import KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
@@ -68,6 +80,9 @@ class Discovery:
 
     def attach(self, host: Any, dht: KadDHT | None) -> None:
         self.host, self.dht = host, dht
+        gate_own_addrs(host, self.counters, self.cfg.listen + self.cfg.announce)
+        if dht is not None:
+            query_only_kad_peers(dht, host, self.counters)
 
     def connected(self, peer: ID) -> bool:
         return bool(self.host is not None and peer in set(self.host.get_connected_peers()))
@@ -92,6 +107,10 @@ class Discovery:
     async def keep_bootstrap(self, text: str) -> None:
         """Stay connected to one bootstrap peer: redial with capped backoff when it drops."""
         info = info_from_p2p_addr(multiaddr.Multiaddr(text))
+        if info.peer_id == self.peer_id:
+            self.counters.add("dial.self_skipped")
+            log.debug("bootstrap %s is this node: not dialled", text)
+            return
         delay = 1.0
         while True:
             if self.connected(info.peer_id):
@@ -173,3 +192,63 @@ class Discovery:
         if direct and await self.dial(PeerInfo(peer, direct), "peer_dial"):
             return True
         return len(direct) < len(addrs) and await self.nat.dial_relayed(peer, addrs)
+
+
+def own_addrs(host: Any, configured: list[str]) -> set[str]:
+    """This node's dialable addresses as text without ``/p2p/``: what it listens on
+    (a wildcard listen also as loopback), what it announces, what it is configured
+    with."""
+    texts = [str(a) for a in [*host.get_addrs(), *host.get_transport_addrs()]] + configured
+    out: set[str] = set()
+    for text in texts:
+        text = text.split("/p2p/", 1)[0]
+        out.add(text)
+        for wildcard, loopback in (("/ip4/0.0.0.0/", "/ip4/127.0.0.1/"), ("/ip6/::/", "/ip6/::1/")):
+            if text.startswith(wildcard):
+                out.add(loopback + text[len(wildcard) :])
+    return out
+
+
+def gate_own_addrs(host: Any, counters: Counters, configured: list[str]) -> None:
+    """Refuse, on the swarm's connection gate, to dial any of this node's own
+    addresses (module docstring). Own addresses are re-read on each check (relay
+    slots and observed addresses change them); a port-0 listen resolves at start."""
+    gate = host.get_network().connection_gate
+    allowed = gate.is_allowed
+
+    async def is_allowed(addr: multiaddr.Multiaddr) -> bool:
+        text = str(addr).split("/p2p/", 1)[0]
+        if "/p2p-circuit" not in text and text in own_addrs(host, configured):
+            counters.add("dial.own_addr_skipped")
+            log.debug("not dialling %s: it is this node's own address", addr)
+            return False
+        return bool(await allowed(addr))
+
+    gate.is_allowed = is_allowed
+
+
+def serves_no_kad(host: Any, peer: ID) -> bool:
+    """Identify has told us the peer's protocols, and Kademlia is not among them."""
+    try:
+        protocols = host.get_peerstore().get_protocols(peer)
+    except Exception:  # not in the peerstore yet: it may serve it
+        return False
+    return bool(protocols) and str(KAD_PROTOCOL) not in protocols
+
+
+def query_only_kad_peers(dht: KadDHT, host: Any, counters: Counters) -> None:
+    """Route py-libp2p's per-peer DHT query through a check that the peer may serve
+    Kademlia (module docstring); all its lookups (ours, its refresh, its random
+    walk) go through that one query."""
+    routing = dht.peer_routing
+    query = routing._query_single_peer_for_closest
+
+    async def query_if_served(peer: ID, target_key: bytes, new_peers: list[ID]) -> Any:
+        if serves_no_kad(host, peer):
+            counters.add("dht.skipped_no_kad")
+            log.debug("peer %s serves no %s: not asked", peer, KAD_PROTOCOL)
+            routing.routing_table.remove_peer(peer)
+            return []
+        return await query(peer, target_key, new_peers)
+
+    routing._query_single_peer_for_closest = query_if_served  # type: ignore[method-assign]

@@ -23,8 +23,9 @@ Invariants:
   below ``graylist_score`` is disconnected and blacklisted for ``graylist_s``.
 - Validated messages go straight into the bounded inbox (drop-oldest, counted):
   no unbounded or silently-dropping queue in between.
-- A peer that stops answering pings (a path cut without a reset) is disconnected
-  within about half a minute (``liveness``), and so redialled once reachable.
+- A peer that stops answering (a path cut without a reset) is disconnected within
+  about half a minute (``liveness``), and so redialled once reachable; a peer that
+  serves no ping is asked through its yamux connection instead, never cut for it.
 - Every wait has a timeout. Peers are found and dialled by ``discovery.Discovery``
   (bootstrap redialled forever with capped backoff; DHT, peer exchange and mDNS
   until ``target_peers``; relayed dials), so the mesh survives a bootstrap node
@@ -59,7 +60,7 @@ from libp2p.security.noise.transport import Transport as NoiseTransport
 
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Outbox
-from swarmnode.p2p.contain import TaskGuard, contained_service, run_host
+from swarmnode.p2p.contain import TaskGuard, contained_service, live_tasks, run_host
 from swarmnode.p2p.discovery import Discovery
 from swarmnode.p2p.gossip import (
     GOSSIP_PROTOCOLS,
@@ -71,6 +72,7 @@ from swarmnode.p2p.gossip import (
 )
 from swarmnode.p2p.liveness import Liveness
 from swarmnode.p2p.nat import NatTraversal
+from swarmnode.p2p.quiet import install as demote_peer_caused_logs
 from swarmnode.p2p.yamux_window import install as half_window_credit
 from swarmnode.p2p.yamux_write import install as whole_writes
 from swarmnode.share.inbox import Counters, Inbox
@@ -88,6 +90,8 @@ logging.getLogger("libp2p.kad_dht.kad_dht").setLevel(logging.ERROR)
 # Under a flood py-libp2p repeats the same warnings per message (~1 MB/min of log):
 # each template passes a few times a minute, then only a count of what was hidden.
 quiet_network_logs()
+# What a peer causes at will (refusing ping or kad) is no ERROR line (quiet).
+demote_peer_caused_logs()
 
 _EQUIVOCATION_KEEP = 256  # see _trim_router_state
 
@@ -394,6 +398,10 @@ class P2PHost:
 
     def _refresh_snapshot(self, pubsub: Pubsub) -> None:
         gs = self.gossipsub
+        tasks = live_tasks()  # trio tasks alive in the libp2p thread: leaks show here
+        reading = pubsub.reading() if isinstance(pubsub, HardenedPubsub) else {}
+        if reading:  # a trainer's CPU outside training; the thread's tasks beside it
+            reading["tasks"] = tasks
         peers = sorted(p.to_base58() for p in self.host.get_connected_peers())
         self._snapshot = {
             "peer_id": self.peer_id.to_base58(),
@@ -407,7 +415,8 @@ class P2PHost:
             "peer_scores": self.scores.snapshot(),
             "graylisted": sorted(p.to_base58() for p in self._blacklisted),
             "nat": self.nat.snapshot(),
-            "reading": pubsub.reading() if isinstance(pubsub, HardenedPubsub) else {},
+            "reading": reading,
+            "tasks": tasks,
             "updated_at": time.time(),
         }
 

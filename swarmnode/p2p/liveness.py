@@ -7,14 +7,22 @@ and its place in ``status``, and when the path heals, data moves again only at T
 next retransmission, which backs off up to two minutes (tests/test_partition.py
 measured 51 s after a 60 s cut); the kernel gives up only after about 15 minutes.
 
-Role: ``Liveness.run`` pings every connected peer (``/ipfs/ping/1.0.0``, which every
-py-libp2p and go-libp2p host answers) every ``interval_s``; a peer that misses
-``misses`` pings in a row is disconnected and counted (``peers_unresponsive``).
+Role: ``Liveness.run`` checks every connected peer every ``interval_s``; a peer that
+misses ``misses`` checks in a row is disconnected and counted (``peers_unresponsive``).
 Gossipsub then fills the mesh from live peers, and the bootstrap and discovery loops
 dial the peer again, with their own backoff, until the path is back.
 
+A check asks the peer's libp2p ping (``/ipfs/ping/1.0.0``). Ping is optional in
+libp2p (js-libp2p runs none by default), and a missing optional protocol is not a
+dead peer: a peer that refuses ping in protocol negotiation has answered (alive this
+round, ``ping_unsupported``), and from then on, or when identify already says it
+serves no ping, it is asked through its connection's own muxer instead: a yamux
+ping, which every yamux implementation answers (``ping_via_muxer``). A connection
+whose muxer cannot be asked shows nothing either way and is not a miss
+(``ping_unverifiable``). Only no reply at all is a miss (``ping_missed``).
+
 Invariants:
-- A round waits at most ``timeout_s`` for its pings, and never for a ping task: on
+- A round waits at most ``timeout_s`` for its checks, and never for a ping task: on
   a dead path py-libp2p's own cleanup of a timed-out stream can block (shielded from
   cancellation) behind a send buffer that never drains. Such a task keeps its peer's
   single ping slot (one task per peer at most) and each round it spends there is a
@@ -22,26 +30,30 @@ Invariants:
 - A disconnect closes the connection's socket first: a clean close writes a
   goodbye frame, which would wait behind the same stuck writer. Each step has a
   timeout.
-- One missed ping never disconnects (a load spike, a long GIL hold): only
+- One missed check never disconnects (a load spike, a long GIL hold): only
   ``misses`` in a row do; any answer resets the count.
-- State is bounded by the connected peers: a peer no longer connected is forgotten.
+- State is bounded by the connected peers: a peer no longer connected is forgotten
+  (its misses and whether it serves ping).
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 from typing import Any
 
 import trio
 from libp2p.host.ping import ID as PING_PROTOCOL
 from libp2p.host.ping import perform_ping_roundtrip
 from libp2p.peer.id import ID
+from libp2p.protocol_muxer.exceptions import MultiselectClientError
+from libp2p.stream_muxer.yamux.yamux import FLAG_SYN, TYPE_PING, YAMUX_HEADER_FORMAT, Yamux
 
 from swarmnode.share.inbox import Counters
 
 log = logging.getLogger("swarmnode.p2p")
 
-INTERVAL_S = 5.0  # between the end of one round of pings and the next
+INTERVAL_S = 5.0  # between the end of one round of checks and the next (tests lower it)
 MISSES = 2  # pings missed in a row before a peer is disconnected
 
 
@@ -53,15 +65,16 @@ class Liveness:
         host: Any,
         counters: Counters,
         timeout_s: float,
-        interval_s: float = INTERVAL_S,
+        interval_s: float | None = None,
         misses: int = MISSES,
     ) -> None:
         self.host = host
         self.counters = counters
         self.timeout_s = timeout_s
-        self.interval_s = interval_s
+        self.interval_s = INTERVAL_S if interval_s is None else interval_s
         self.misses = misses
         self.missed: dict[ID, int] = {}  # peer -> pings missed in a row
+        self.no_ping: set[ID] = set()  # connected peers that serve no libp2p ping
         self.pending: set[ID] = set()  # peers with a ping task still running
         self._answered: set[ID] = set()  # peers that answered in the current round
         self._progress = trio.Event()  # set whenever a ping task ends
@@ -76,6 +89,7 @@ class Liveness:
         """One round: ping every connected peer; return the peers disconnected."""
         peers = list(self.host.get_connected_peers())
         self.missed = {p: n for p, n in self.missed.items() if p in set(peers)}
+        self.no_ping &= set(peers)
         self._answered = set()
         for peer in peers:
             if peer not in self.pending:
@@ -101,19 +115,61 @@ class Liveness:
     async def _ping(self, peer: ID) -> None:
         try:
             with trio.move_on_after(self.timeout_s):
-                stream = await self.host.new_stream(peer, [PING_PROTOCOL])
-                try:
-                    await perform_ping_roundtrip(stream)
+                if await self._probe(peer):
                     self._answered.add(peer)
-                finally:
-                    await stream.reset()  # one ping per stream; nothing to flush
         # Opening or using the stream fails in transport-, muxer- and negotiation-
-        # specific ways; each is a missed ping, counted by the round.
+        # specific ways; each is a missed check, counted by the round.
         except Exception as err:
             log.debug("ping %s failed: %s: %s", peer, err.__class__.__name__, err)
         finally:
             self.pending.discard(peer)
             self._progress.set()
+
+    async def _probe(self, peer: ID) -> bool:
+        """True if the peer answered: its libp2p ping, a refusal of it, or its muxer."""
+        if peer not in self.no_ping and not self._serves_no_ping(peer):
+            try:
+                stream = await self.host.new_stream(peer, [PING_PROTOCOL])
+            except Exception as err:
+                if not _refused(err):
+                    raise
+                self.no_ping.add(peer)  # it answered "na": alive, and asked otherwise next
+                self.counters.add("ping_unsupported")
+                log.debug("peer %s serves no %s: asking its connection", peer, PING_PROTOCOL)
+                return True
+            try:
+                await perform_ping_roundtrip(stream)
+                return True
+            finally:
+                await stream.reset()  # one ping per stream; nothing to flush
+        return await self._muxer_ping(peer)
+
+    def _serves_no_ping(self, peer: ID) -> bool:
+        """Identify has told us the peer's protocols, and ping is not among them."""
+        try:
+            protocols = self.host.get_peerstore().get_protocols(peer)
+        except Exception:  # unknown to the peerstore, or a host without one: ask it
+            return False
+        if protocols and str(PING_PROTOCOL) not in protocols:
+            self.no_ping.add(peer)
+            self.counters.add("ping_unsupported")
+            log.debug("peer %s lists no %s: asking its connection", peer, PING_PROTOCOL)
+            return True
+        return False
+
+    async def _muxer_ping(self, peer: ID) -> bool:
+        """A yamux ping on the peer's connection (its answer is the muxer's, which every
+        yamux implementation gives); True if the connection cannot be asked."""
+        conns = list(self.host.get_network().get_connections(peer))
+        muxers = [m for m in (getattr(c, "muxed_conn", None) for c in conns) if m is not None]
+        yamux = [m for m in muxers if isinstance(m, Yamux) and not m.is_closed]
+        if not yamux:
+            self.counters.add("ping_unverifiable")
+            return bool(conns)
+        if await yamux_ping(yamux[0]):
+            self.counters.add("ping_via_muxer")
+            return True
+        return False
 
     async def _disconnect(self, peer: ID) -> None:
         self.counters.add("peers_unresponsive")
@@ -132,3 +188,32 @@ class Liveness:
                 await self.host.disconnect(peer)
             except Exception as err:  # a dead connection may fail to close cleanly
                 log.debug("disconnect %s: %r", peer, err)
+
+
+def _refused(err: BaseException) -> bool:
+    """The peer answered the protocol negotiation, refusing the protocol ("na")."""
+    seen: BaseException | None = err
+    for _ in range(8):  # the chain py-libp2p builds is two or three deep
+        if seen is None:
+            return False
+        if isinstance(seen, MultiselectClientError) and "not supported" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
+async def yamux_ping(conn: Yamux) -> bool:
+    """Send a yamux ping on ``conn`` and wait (the caller's timeout) for its answer.
+
+    py-libp2p's yamux answers pings and sets ``_ping_event`` on the answer to the ping
+    it sent last (its RTT loop pings every 30 s); this sends one the same way. If
+    the RTT loop sends its own in between, the answer sets that loop's event instead
+    and this check misses once (one miss never disconnects)."""
+    event = trio.Event()
+    conn._ping_id += 1
+    conn._ping_event = event
+    header = struct.pack(YAMUX_HEADER_FORMAT, 0, TYPE_PING, FLAG_SYN, 0, conn._ping_id)
+    await conn._write_frame(header)
+    conn._ping_sent_time = trio.current_time()
+    await event.wait()
+    return True

@@ -1,0 +1,96 @@
+"""The node never dials itself (swarmnode/p2p/discovery.py).
+
+Not by its own peer ID (a bootstrap list shared by every node of a compose file
+names the node too), and not at one of its own addresses under another peer's ID
+(in Docker every node listens on 4001 and a peer advertises 127.0.0.1:4001: the
+node dialled itself and failed the security handshake). Real hosts on loopback;
+every wait has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from pathlib import Path
+
+import pytest
+import trio
+from libp2p import new_host
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from multiaddr import Multiaddr
+
+from swarmnode.p2p.identity import identity_path, load_or_create_identity
+from swarmnode.p2p.transport import GossipTransport
+from tests.helpers import P2P_TIMEOUT, free_port, swarm_cfg, wait_for
+
+
+def test_a_bootstrap_list_naming_the_node_itself_is_not_dialled(tmp_path: Path) -> None:
+    async def main() -> None:
+        cfg = swarm_cfg()
+        key, _ = load_or_create_identity(identity_path(tmp_path / "node", cfg.key_file))
+        me = ID.from_pubkey(key.public_key).to_base58()
+        port = free_port()
+        own = f"/ip4/127.0.0.1/tcp/{port}/p2p/{me}"
+        node = GossipTransport(
+            swarm_cfg(listen=[f"/ip4/127.0.0.1/tcp/{port}"], bootstrap=[own]), tmp_path / "node"
+        )
+        await node.start()
+        try:
+            await wait_for(
+                lambda: node.stats()["counters"].get("dial.self_skipped", 0) == 1,
+                "its own bootstrap entry skipped",
+            )
+            counters = node.stats()["counters"]
+            assert not [k for k in counters if k.startswith("bootstrap_dial")]
+        finally:
+            await node.stop()
+
+    asyncio.run(main())
+
+
+def _announcing_peer(target: str, announce: str, left: threading.Event) -> None:
+    """Connects, announcing only ``announce`` (the node's own address), and leaves."""
+
+    async def main() -> None:
+        loopback = Multiaddr("/ip4/127.0.0.1/tcp/0")
+        host = new_host(listen_addrs=[loopback], announce_addrs=[Multiaddr(announce)])
+        info = info_from_p2p_addr(Multiaddr(target))
+        async with host.run(listen_addrs=[loopback]):
+            with trio.fail_after(P2P_TIMEOUT):
+                await host.connect(info)
+                await trio.sleep(1.0)  # the node identifies us meanwhile (not asserted)
+        left.set()
+
+    trio.run(main)
+
+
+def test_a_peer_advertising_the_nodes_own_address_is_not_dialled_there(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def main() -> None:
+        node = GossipTransport(swarm_cfg(), tmp_path / "node")
+        await node.start()
+        full = node.info.listen_addrs[0]  # type: ignore[union-attr]
+        left = threading.Event()
+        peer = threading.Thread(
+            target=_announcing_peer, args=(full, full.split("/p2p/")[0], left), daemon=True
+        )
+        try:
+            peer.start()
+            await wait_for(left.is_set, "the peer came and went")
+            await wait_for(
+                lambda: node.stats()["counters"].get("dial.own_addr_skipped", 0) >= 1,
+                "a dial of the node's own address refused",
+            )
+            counters = node.stats()["counters"]
+            assert counters.get("peer_dial_ok", 0) == 0  # nothing reached, not even itself
+            assert node.stats()["connected_peers"] == []
+        finally:
+            peer.join(P2P_TIMEOUT)
+            await node.stop()
+
+    asyncio.run(main())
+    # what dialling itself logged, once per dial: "failed to upgrade security for peer
+    # <the other's ID>: handshake failed when upgrading to secure connection"
+    assert not [r for r in caplog.records if "upgrade security" in r.getMessage()]

@@ -23,6 +23,7 @@ import random
 import sys
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -283,58 +284,64 @@ def fuzz_config() -> SwarmConfig:
     )
 
 
-def run_fuzz(
-    messages: int, seed: int = 0, frame_every: int = 10, honest_every: int = 50
-) -> dict[str, Any]:
-    """Feed ``messages`` hostile messages (plus frames and honest ones) to a real host."""
-    rng = random.Random(seed)
-    forger = Forger(rng)
-    counters = Counters()
-    inbox = Inbox(1_000_000, counters)
-    result: Counter[str] = Counter()
-    escaped: Counter[str] = Counter()
-    honest_sent: set[bytes] = set()
+@dataclass
+class Tally:
+    """What a fuzz run sent: counts by kind, exceptions that escaped (by class), and
+    the payloads of the honest messages (all must be delivered)."""
 
-    async def main() -> bool:
-        host_obj = P2PHost(
-            fuzz_config(), create_new_key_pair(), None, inbox, Outbox(8, counters), counters
-        )
-        host, pubsub, gossipsub = host_obj._build()
-        host_obj.host, host_obj.gossipsub = host, gossipsub
-        listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
-        async with (
-            host.run(listen_addrs=listen),
-            background_trio_service(pubsub),
-            background_trio_service(gossipsub),
-        ):
-            await pubsub.wait_until_ready()
-            pubsub.set_topic_validator(TOPIC, host_obj._validate, is_async_validator=False)
-            pubsub.set_deliver(TOPIC, host_obj._deliver)
-            await pubsub.subscribe(TOPIC)
-            for i in range(messages):
-                try:
-                    if i % honest_every == 0:
-                        msg = forger.honest()
-                        honest_sent.add(msg.data)
-                        await pubsub.push_msg(forger.attacker_id, msg)
-                        result["honest"] += 1
-                    await pubsub.push_msg(forger.attacker_id, forger.hostile())
-                    result["messages"] += 1
-                    if i % frame_every == 0:
-                        await pubsub.stream_handler(FakeStream(forger.attacker_id, forger.frame()))
-                        result["frames"] += 1
-                except Exception as err:  # what escaped would have killed a service task
-                    escaped[err.__class__.__name__] += 1
-                if i % 200 == 0:
-                    await trio.sleep(0)  # let spawned tasks run
-            await trio.sleep(0.2)
-            return bool(pubsub.manager.is_running and gossipsub.manager.is_running)
+    sent: Counter[str] = field(default_factory=Counter)
+    escaped: Counter[str] = field(default_factory=Counter)
+    honest: set[bytes] = field(default_factory=set)
 
-    t0 = time.monotonic()
-    running = trio.run(main)
-    delivered = inbox.drain()
-    # Poisoned: a delivered message the wire rules refuse, or one that did not come,
-    # correctly signed, from the identity it names (a forged or unverifiable envelope).
+
+async def feed_host(
+    forger: Forger,
+    inbox: Inbox,
+    counters: Counters,
+    plan: tuple[int, int, int],
+    tally: Tally,
+) -> bool:
+    """Build a real host on ``inbox`` and feed it ``plan`` = (messages, frame_every,
+    honest_every); whether its pubsub and gossipsub services still run at the end."""
+    messages, frame_every, honest_every = plan
+    host_obj = P2PHost(
+        fuzz_config(), create_new_key_pair(), None, inbox, Outbox(8, counters), counters
+    )
+    host, pubsub, gossipsub = host_obj._build()
+    host_obj.host, host_obj.gossipsub = host, gossipsub
+    listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+    async with (
+        host.run(listen_addrs=listen),
+        background_trio_service(pubsub),
+        background_trio_service(gossipsub),
+    ):
+        await pubsub.wait_until_ready()
+        pubsub.set_topic_validator(TOPIC, host_obj._validate, is_async_validator=False)
+        pubsub.set_deliver(TOPIC, host_obj._deliver)
+        await pubsub.subscribe(TOPIC)
+        for i in range(messages):
+            try:
+                if i % honest_every == 0:
+                    msg = forger.honest()
+                    tally.honest.add(msg.data)
+                    await pubsub.push_msg(forger.attacker_id, msg)
+                    tally.sent["honest"] += 1
+                await pubsub.push_msg(forger.attacker_id, forger.hostile())
+                tally.sent["messages"] += 1
+                if i % frame_every == 0:
+                    await pubsub.stream_handler(FakeStream(forger.attacker_id, forger.frame()))
+                    tally.sent["frames"] += 1
+            except Exception as err:  # what escaped would have killed a service task
+                tally.escaped[err.__class__.__name__] += 1
+            if i % 200 == 0:
+                await trio.sleep(0)  # let spawned tasks run
+        await trio.sleep(0.2)
+        return bool(pubsub.manager.is_running and gossipsub.manager.is_running)
+
+
+def find_poisoned(delivered: list[Any], honest: set[bytes], forger: Forger) -> list[dict[str, Any]]:
+    """Poisoned: a delivered message the wire rules refuse, or one that did not come,
+    correctly signed, from the identity it names (a forged or unverifiable envelope)."""
     attacker = forger.attacker_id.to_base58()
     poisoned: list[dict[str, Any]] = []
     for r in delivered:
@@ -343,24 +350,40 @@ def run_fuzz(
         except WireError as err:
             poisoned.append(poison(r, f"wire refuses it: {err.reason}"))
             continue
-        if r.payload in honest_sent:
+        if r.payload in honest:
             continue
         if r.peer_id != attacker:
             poisoned.append(poison(r, "delivered under another identity than the attacker's"))
         elif r.payload not in forger.signed_by_attacker:
             poisoned.append(poison(r, "the attacker never signed this payload"))
+    return poisoned
+
+
+def run_fuzz(
+    messages: int, seed: int = 0, frame_every: int = 10, honest_every: int = 50
+) -> dict[str, Any]:
+    """Feed ``messages`` hostile messages (plus frames and honest ones) to a real host."""
+    rng = random.Random(seed)
+    forger = Forger(rng)
+    counters = Counters()
+    inbox = Inbox(1_000_000, counters)
+    tally = Tally()
+    t0 = time.monotonic()
+    plan = (messages, frame_every, honest_every)
+    running = trio.run(feed_host, forger, inbox, counters, plan, tally)
+    delivered = inbox.drain()
+    poisoned = find_poisoned(delivered, tally.honest, forger)
+    honest_delivered = sum(1 for r in delivered if r.payload in tally.honest)
     return {
-        "messages": result["messages"],
-        "frames": result["frames"],
-        "honest_sent": result["honest"],
-        "honest_delivered": sum(1 for r in delivered if r.payload in honest_sent),
-        "hostile_but_wire_valid": len(delivered)
-        - len(poisoned)
-        - sum(1 for r in delivered if r.payload in honest_sent),
+        "messages": tally.sent["messages"],
+        "frames": tally.sent["frames"],
+        "honest_sent": tally.sent["honest"],
+        "honest_delivered": honest_delivered,
+        "hostile_but_wire_valid": len(delivered) - len(poisoned) - honest_delivered,
         "poisoned": len(poisoned),
         "poisoned_messages": poisoned,
-        "crashes": sum(escaped.values()) + (0 if running else 1),
-        "escaped": dict(escaped),
+        "crashes": sum(tally.escaped.values()) + (0 if running else 1),
+        "escaped": dict(tally.escaped),
         "still_running": running,
         "seconds": round(time.monotonic() - t0, 1),
         "counters": {k: v for k, v in sorted(counters.snapshot().items())},

@@ -98,18 +98,9 @@ def parse_args() -> argparse.Namespace:
     return p.parse_args()
 
 
-def main() -> int:
-    args = parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from swarmnode.learn.memory import release_free_memory, tune_allocator
-
-    if not args.no_tune:
-        tune_allocator()  # first, as the node does: before any thread allocates
-    reset_peak()
-    table = Table()
-
+def import_stages(args: argparse.Namespace, table: Table) -> Any:
+    """Import what a node imports, one row each (torch, transformers + peft, swarmnode
+    with the config loaded, libp2p if the swarm is on); the config."""
     t0 = time.perf_counter()
     import torch
 
@@ -122,10 +113,10 @@ def main() -> int:
 
     table.row("import transformers, peft", time.perf_counter() - t0)
     t0 = time.perf_counter()
+    import swarmnode.learn.model
+    import swarmnode.learn.trainer
+    import swarmnode.node  # noqa: F401  (what the daemon imports)
     from swarmnode.config import load_config
-    from swarmnode.learn.model import load_policy, wrap_lora
-    from swarmnode.learn.trainer import Trainer
-    from swarmnode.node import Node  # noqa: F401  (what the daemon imports)
 
     overrides: dict[str, Any] = {"model.threads": args.threads}
     if args.model:
@@ -140,6 +131,13 @@ def main() -> int:
         import libp2p  # noqa: F401
 
         table.row("import libp2p (swarm.enabled)", time.perf_counter() - t0)
+    return cfg
+
+
+def build_trainer(cfg: Any, table: Table) -> tuple[Any, Any]:
+    """The model, its LoRA wrap and the trainer, one row each: (policy, trainer)."""
+    from swarmnode.learn.model import load_policy, wrap_lora
+    from swarmnode.learn.trainer import Trainer
 
     t0 = time.perf_counter()
     plain = cfg.model.model_copy(
@@ -155,6 +153,13 @@ def main() -> int:
     t0 = time.perf_counter()
     trainer = Trainer(cfg, policy)
     table.row("Trainer (task mix, optimizer)", time.perf_counter() - t0)
+    return policy, trainer
+
+
+def run_rounds(args: argparse.Namespace, trainer: Any, table: Table) -> int:
+    """``--rounds`` rounds of rollout + update (+ malloc_trim), rows for each stage;
+    the groups trained."""
+    from swarmnode.learn.memory import release_free_memory
 
     trained = 0
     for r in range(1, args.rounds + 1):
@@ -176,6 +181,12 @@ def main() -> int:
             t0 = time.perf_counter()
             release_free_memory()
             table.row(f"round {r} malloc_trim", time.perf_counter() - t0)
+    return trained
+
+
+def report(policy: Any, trainer: Any, trained: int) -> None:
+    """The tensor sizes, then what malloc_trim gives back (the last line)."""
+    from swarmnode.learn.memory import release_free_memory
 
     params = list(policy.model.parameters())
     trainable = [p for p in params if p.requires_grad]
@@ -194,6 +205,23 @@ def main() -> int:
         f"groups_trained={trained}",
         flush=True,
     )
+
+
+def main() -> int:
+    args = parse_args()
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from swarmnode.learn.memory import tune_allocator
+
+    if not args.no_tune:
+        tune_allocator()  # first, as the node does: before any thread allocates
+    reset_peak()
+    table = Table()
+    cfg = import_stages(args, table)
+    policy, trainer = build_trainer(cfg, table)
+    trained = run_rounds(args, trainer, table)
+    report(policy, trainer, trained)
     return 0
 
 

@@ -37,9 +37,11 @@ class Samples:
 
     token_ids: list[list[int]]
     # Log-probability of each sampled token under the sampling temperature (logits /
-    # temperature, before top-p truncation; plain log-softmax when greedy). Kept on
-    # purpose: tests/test_generate.py reads it to prove that training scores exactly
-    # the distribution sampling drew from, and an importance weight would need it.
+    # temperature, before top-p truncation; plain log-softmax when greedy). Their sum
+    # per completion goes on the wire for peers' importance weights
+    # (``train.importance_weights``, ``Trainer.rollout``), and tests/test_generate.py
+    # reads them to prove that training scores exactly the distribution sampling drew
+    # from.
     logprobs: list[list[float]]
 
 

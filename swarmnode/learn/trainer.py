@@ -68,7 +68,8 @@ class Trainer:
         self.eos_ids = sorted({int(tok.eos_token_id), *self._extra_eos()})
         self._prompt_cache: OrderedDict[str, list[int]] = OrderedDict()  # LRU
         self.completions_cut = 0  # peers' completions cut to rollout.max_new_tokens
-        self._score = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
+        # (rewards used for training, format rewards) for completions of one item
+        self.score = make_scorer(cfg.train.format_reward_weight, cfg.partial_credit_datasets())
         model_dtype = next(policy.model.parameters()).dtype
         self.sample_dtype = sampling_dtype(cfg.rollout.dtype, policy.device, model_dtype)
         mode = cfg.train.packed_update  # auto: pack on CUDA (launch-bound), not on CPU
@@ -135,12 +136,6 @@ class Trainer:
         if group.model != self.policy.name:  # another model/tokenizer: no weight
             return ids, None
         return ids, [None if cut else lp for (_, cut), lp in zip(encoded, lps, strict=True)]
-
-    # -- scoring -------------------------------------------------------------
-
-    def score(self, completions: Sequence[str], entry: dict) -> tuple[list[float], list[float]]:
-        """(rewards used for training, format rewards) for completions of one item."""
-        return self._score(completions, entry)
 
     # -- one round -----------------------------------------------------------
 

@@ -13,7 +13,8 @@ groups)`` in a worker thread.
 
 Invariants:
 - Offers are serialised by the caller (one in flight).
-- ``share()`` is the measured ingestion share, for ``metrics.jsonl`` and status.
+- ``report()["ingest_time_share"]`` is the measured ingestion share, for
+  ``metrics.jsonl`` and status.
 """
 
 from __future__ import annotations

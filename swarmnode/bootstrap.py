@@ -12,6 +12,8 @@ Invariants:
   nothing piles up) and logs a stats line every ``log_every_s``; it ends when
   ``stop`` is set, and shutdown happens in ``finally`` with the transport's timeouts.
 - Fail-stop: a transport that dies ends the loop, and ``stop`` re-raises its error.
+- The control socket and the monitor get ``status`` (one
+  ``ops.status.BootstrapStatus``, built there only), never the node.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 from swarmnode.config import Config
+from swarmnode.learn.metrics import rss_mb
 from swarmnode.ops.control import ControlServer
 from swarmnode.ops.monitor import MonitorServer, start_monitor
-from swarmnode.ops.monitor_view import bootstrap_view
+from swarmnode.ops.status import BootstrapStatus
 from swarmnode.share.transport import Transport
 
 log = logging.getLogger("swarmnode.bootstrap")
@@ -51,16 +53,24 @@ class BootstrapNode:
         self.state = "starting"
         self.monitor: MonitorServer | None = None  # /metrics and the dashboard
 
-    def status(self) -> dict[str, Any]:
-        return {"role": "bootstrap", "name": self.cfg.node.name, "state": self.state}
+    def status(self) -> BootstrapStatus:
+        """What this node says about itself (``swarmnode status``, the monitor)."""
+        return BootstrapStatus(
+            name=self.cfg.node.name,
+            state=self.state,
+            swarm=self.cfg.swarm.name,
+            network=self.transport.stats(),
+            rss_mb=rss_mb(),
+            now=time.time(),
+        )
 
     async def run(self) -> None:
         """Route until ``stop`` is set or the transport dies."""
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        control = ControlServer(self.data_dir, self.transport, self.status)
+        control = ControlServer(self.data_dir, self.status)
         await control.start()  # first: refuses a second node on the same data_dir
         try:
-            self.monitor = await start_monitor(self.cfg.monitor, lambda: bootstrap_view(self))
+            self.monitor = await start_monitor(self.cfg.monitor, self.status)
             await self.transport.start()
             for addr in self.transport.stats()["listen_addrs"]:
                 log.info("bootstrap address: %s", addr)

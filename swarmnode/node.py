@@ -28,6 +28,11 @@ Invariants:
 - The control socket answers from the start (state ``loading`` while the model
   loads), also for a node that trains alone. Peers' groups are verified from the
   start too: the scorer needs no model.
+- Wired at construction: the ingest queue reports its verdicts to the transport's
+  peer scores from the moment it is made; the control socket and the monitor get
+  ``status`` (one ``ops.status.TrainerStatus``, built there only), never the node.
+- ``trained_from`` keeps at most ``TRAINED_FROM_PEERS`` peers, the least recently
+  trained on forgotten first (counted in status).
 """
 
 from __future__ import annotations
@@ -36,10 +41,8 @@ import asyncio
 import logging
 import threading
 import time
-from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
@@ -66,16 +69,17 @@ from swarmnode.learn.tasks import SharedSchedule
 from swarmnode.learn.trainer import Trainer
 from swarmnode.ops.control import ControlServer
 from swarmnode.ops.monitor import MonitorServer, start_monitor
-from swarmnode.ops.monitor_view import RoundHistory, node_view
+from swarmnode.ops.status import History, RoundHistory, SapoSummary, TrainerStatus
 from swarmnode.p2p.netshare import TRAINER_THREAD
 from swarmnode.share.completion import AnswerBook, GroupCompleter
 from swarmnode.share.exchange import RolloutExchange
 from swarmnode.share.ingest import Catalog, IngestQueue
-from swarmnode.share.sampler import SwarmSampler
+from swarmnode.share.sampler import PeerLRU, SwarmSampler
 from swarmnode.share.transport import Transport
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+TRAINED_FROM_PEERS = 4096  # trained_from's bound: the peers it counts groups for
 
 
 def build_trainer(cfg: Config) -> Trainer:
@@ -136,7 +140,8 @@ class Node:
         self.last: RoundRecord | None = None
         self.history = RoundHistory()  # recent rounds and totals (the monitor)
         self.monitor: MonitorServer | None = None  # /metrics and the dashboard
-        self.trained_from: Counter[str] = Counter()  # peer -> external groups trained on
+        # peer -> external groups trained on, bounded
+        self.trained_from: PeerLRU[int] = PeerLRU(TRAINED_FROM_PEERS, default=0)
         self.transport = (
             transport if transport is not None else default_transport(cfg, self.data_dir)
         )
@@ -154,8 +159,14 @@ class Node:
             held = cfg.tasks.heldout_percent
             if cfg.sapo.complete_groups:
                 self.answers = AnswerBook(heldout_percent=held)
+            scores = self.transport.peer_scores  # ingestion's verdicts move senders' scores
             queue = IngestQueue(
-                cfg.sapo, catalog, scorer, answers=self.answers, heldout_percent=held
+                cfg.sapo,
+                catalog,
+                scorer,
+                answers=self.answers,
+                verdicts=None if scores is None else scores.report,
+                heldout_percent=held,
             )
             self.exchange = RolloutExchange(cfg, self.transport, queue, self.stop.set)
         self.replay = (
@@ -172,33 +183,45 @@ class Node:
         """Run ``fn(*args)`` on the trainer thread without blocking the event loop."""
         return await asyncio.get_running_loop().run_in_executor(self._executor, partial(fn, *args))
 
-    def status(self) -> dict[str, Any]:
-        """The node part of ``swarmnode status``."""
-        out: dict[str, Any] = {
-            "role": "trainer",
-            "name": self.cfg.node.name,
-            "state": self.state,
-            "round": self.round,
-            "max_rounds": self.cfg.node.max_rounds,
-            "last_round": None if self.last is None else asdict(self.last),
-            "trained_from": dict(self.trained_from),
-            "sapo": {
-                "mode": self.cfg.sapo.mode,
-                "local_groups": self.cfg.sapo.local_groups,
-                "external_groups": self.cfg.sapo.external_groups,
-            },
-        }
-        if self.exchange is not None:
-            out.update(self.exchange.status())
-        if self.cfg.sapo.mode == "adaptive":
-            trust = self.sampler.peer_trust.copy()  # written by the trainer thread
-            out["peer_trust"] = {p: round(t, 3) for p, t in trust.items()}
-        return out
+    def status(self, history: bool = False) -> TrainerStatus:
+        """What this node says about itself (``swarmnode status``, the monitor); with
+        ``history``, also the dashboard's curves and swarm view."""
+        cfg, ex = self.cfg, self.exchange
+        adaptive = cfg.sapo.mode == "adaptive"
+        trust = self.sampler.peer_trust  # written by the trainer thread: read a snapshot
+        view = None
+        if history:
+            peers = [] if ex is None else ex.peers.snapshot(self.trained_from)
+            view = History(self.history.curves(), peers)
+        return TrainerStatus(
+            name=cfg.node.name,
+            state=self.state,
+            round=self.round,
+            max_rounds=cfg.node.max_rounds,
+            model=cfg.model.name,
+            swarm=cfg.swarm.name if self.transport is not None else None,
+            sapo=SapoSummary(cfg.sapo.mode, cfg.sapo.local_groups, cfg.sapo.external_groups),
+            last_round=self.last,
+            trained_from=self.trained_from.snapshot(),
+            trained_from_forgotten=self.trained_from.forgotten,
+            peer_trust={p: round(t, 3) for p, t in trust.snapshot().items()} if adaptive else None,
+            peer_trust_forgotten=trust.forgotten,
+            exchange=None if ex is None else ex.status(),
+            totals=dict(self.history.totals),
+            rss_mb=rss_mb(),
+            checkpoint_age_s=self._checkpoint_age(),
+            now=time.time(),
+            history=view,
+        )
+
+    def _checkpoint_age(self) -> float | None:
+        found = Checkpointer(self.data_dir / "checkpoints").checkpoints()
+        return round(time.time() - found[0][1].stat().st_mtime, 1) if found else None
 
     async def run(self) -> None:
         tune_allocator()  # before the trainer thread's first allocation (docs/memory.md)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        control = ControlServer(self.data_dir, self.transport, self.status)
+        control = ControlServer(self.data_dir, self.status)
         await control.start()  # refuses a second node on the same data_dir: before any write
         trainer: Trainer | None = None
         ckpt = Checkpointer(self.data_dir / "checkpoints", keep=self.cfg.checkpoint.keep)
@@ -207,7 +230,7 @@ class Node:
         items: JsonLines | None = None
         try:
             dump_config(self.cfg, self.data_dir / "config.resolved.yaml")
-            self.monitor = await start_monitor(self.cfg.monitor, lambda: node_view(self))
+            self.monitor = await start_monitor(self.cfg.monitor, partial(self.status, history=True))
             metrics = MetricsLog(self.data_dir / "metrics.jsonl")
             items = self._items = JsonLines(self.data_dir / "trained_items.jsonl")
             if self.exchange is not None:
@@ -286,7 +309,8 @@ class Node:
         if self.collapse is not None:
             self.collapse.observe(groups)
         by_peer = comp.by_peer()
-        self.trained_from.update(by_peer)
+        for peer, n in by_peer.items():
+            self.trained_from[peer] += n
         reward_mean, accuracy, format_reward = reward_summary(
             groups, self.cfg.train.format_reward_weight
         )
@@ -321,7 +345,7 @@ class Node:
             published_bytes=published,
             rss_mb=rss_mb(),
         )
-        return self.exchange.with_figures(rec) if self.exchange else rec
+        return self.exchange.status().with_figures(rec) if self.exchange else rec
 
     def _tasks_side(self, trainer: Trainer, restored: int) -> None:
         """The shared schedule and the curriculum: both follow the trainer's task mix."""

@@ -77,7 +77,7 @@ def test_status_callback_failure_is_reported_not_fatal(tmp_path: Path) -> None:
         raise RuntimeError("node bug")
 
     async def main() -> dict:
-        server = ControlServer(tmp_path, None, broken)
+        server = ControlServer(tmp_path, broken)
         await server.start()
         try:
             loop = asyncio.get_running_loop()

@@ -69,7 +69,9 @@ class Side:
 
     def __init__(self, net: MemoryNetwork, name: str, cfg: Config) -> None:
         self.transport = net.transport(name)
-        self.queue = IngestQueue(cfg.sapo, Catalog(cfg.tasks.datasets), score)
+        self.queue = IngestQueue(  # its verdicts move the senders' scores (as node.py wires it)
+            cfg.sapo, Catalog(cfg.tasks.datasets), score, verdicts=self.transport.scores.report
+        )
         self.stops: list[str] = []
         self.exchange = RolloutExchange(
             cfg, self.transport, self.queue, lambda: self.stops.append("stop")
@@ -94,16 +96,14 @@ def test_pump_verifies_what_peers_publish_and_refuses_held_out_items(tmp_path: P
             assert len(b.queue) == 1 and b.queue.per_peer() == {"A": 1}
             assert b.queue.stats.accepted == 1 and b.exchange.offers == 1
             assert a.transport.stats()["rejected"] == {"msgpack": 1}
-            assert not b.stops and b.exchange.status()["ingest"]["ingest_rejected"] == {
-                "heldout": 1
-            }
+            assert not b.stops and b.exchange.status().ingest.ingest_rejected == {"heldout": 1}
             # The verdicts reach the transport's peer scores (gossip: graylisting).
             verdicts = b.transport.stats()["peer_scores"]["A"]["verdicts"]
             assert verdicts == {"accepted": 1, "failed_verification": 1}
             assert b.transport.scores.score("A") < 0  # a held-out item costs more than one earns
-            status = b.exchange.status()["ingest"]
+            status = b.exchange.status().to_json()["ingest"]
             assert {"ingest_time_share", "ingest_busy_s", "ingest_budget_wait_s"} <= set(status)
-            rec = b.exchange.with_figures(RoundRecord(round=1))
+            rec = b.exchange.status().with_figures(RoundRecord(round=1))
             assert rec.ingest_time_share == status["ingest_time_share"]
         finally:
             await a.exchange.stop()
@@ -193,7 +193,7 @@ def test_a_dead_transport_stops_the_node_and_is_reported(tmp_path: Path) -> None
         side.transport.crash("the wire was cut")
         await wait_for(lambda: bool(side.stops), "the pump to notice", timeout=5)
         assert side.exchange.failure is not None and "stopped unexpectedly" in side.exchange.failure
-        assert side.exchange.status()["swarm_failure"] == side.exchange.failure
+        assert side.exchange.status().swarm_failure == side.exchange.failure
         assert await side.exchange.publish(2, [make_group(1)]) == 0  # nothing to publish on
         await side.exchange.stop()  # the transport's own error is logged, not raised
         with pytest.raises(SwarmError, match="stopped unexpectedly"):
@@ -228,7 +228,7 @@ def test_memory_transport_bounds_its_inbox(tmp_path: Path) -> None:
         await b.start()
         for r in range(5):
             await a.publish(encode_batch("default", r, [make_group(r)]))
-        assert [decode_batch(m.payload).round for m in b.drain()] == [3, 4]  # newest kept
+        assert [decode_batch(m.payload).round for m in b.inbox.drain()] == [3, 4]  # newest kept
         assert b.stats()["inbox_dropped"] == 3 and b.stats()["msgs_in"] == 5
         assert await b.receive(timeout=0.05) is None
         await a.stop()
@@ -249,7 +249,7 @@ def test_publish_rate_skips_rounds_and_counts_them(tmp_path: Path) -> None:
         await b.exchange.start()
         try:
             assert await a.exchange.publish(1, [make_group(1, created=time.time())]) > 0
-            assert a.exchange.rate is not None and a.exchange.status()["publish_p"] == 1.0
+            assert a.exchange.rate is not None and a.exchange.status().publish_p == 1.0
             a.exchange.rate.p = 0.0  # as if the swarm were huge: every coin says no
             for r in range(2, 7):
                 assert await a.exchange.publish(r, [make_group(r, created=time.time())]) == 0

@@ -20,6 +20,7 @@ from swarmnode.bootstrap import BootstrapNode
 from swarmnode.config import ConfigError, MonitorConfig, parse_config
 from swarmnode.node import Node
 from swarmnode.ops.monitor import STATIC, MonitorServer, dashboard_file
+from swarmnode.ops.status import BootstrapStatus
 from swarmnode.share.memory_transport import MemoryNetwork
 from tests.helpers import ENV, REPO, tiny_config, wait_for, write_config
 
@@ -220,7 +221,7 @@ def test_non_loopback_needs_the_explicit_setting(tmp_path: Path) -> None:
 
 def test_public_listen_with_the_setting_warns(caplog: pytest.LogCaptureFixture) -> None:
     cfg = MonitorConfig(enabled=True, listen="0.0.0.0:0", allow_public=True)
-    server = MonitorServer(cfg, lambda: {"role": "bootstrap", "name": "x", "rss_mb": 1.0})
+    server = MonitorServer(cfg, lambda: BootstrapStatus(name="x"))
 
     async def main() -> None:
         await server.start()

@@ -68,7 +68,7 @@ def test_three_nodes_train_on_each_others_groups(
         assert from_file == set(node.trained_from)  # metrics.jsonl says what status says
         assert sum(r.external_groups for r in recs) == sum(node.trained_from.values())
         assert max(r.peers for r in recs) == 2 and max(r.ingest_accepted for r in recs) > 0
-        status = node.status()
+        status = node.status().control_json()["node"]  # what swarmnode status reads
         assert status["ingest"]["ingest_accepted"] > 0 and status["swarm_failure"] is None
         late = status["ingest"]["ingest_late_verified"]
         if verify == "when_drawn":  # what was trained was verified when drawn
@@ -88,8 +88,12 @@ def test_dead_transport_stops_the_node_with_a_clear_error(
         await wait_for(lambda: node.round >= 2 or run.done(), "two rounds", 120)
         assert node.round >= 2
         node.transport.crash()  # type: ignore[union-attr]
-        await wait_for(lambda: bool(node.status()["swarm_failure"]) or run.done(), "failure", 30)
-        seen.append(node.status()["swarm_failure"])
+
+        def failure() -> str | None:  # what swarmnode status reads
+            return node.status().control_json()["node"]["swarm_failure"]
+
+        await wait_for(lambda: bool(failure()) or run.done(), "failure", 30)
+        seen.append(failure())
         await asyncio.wait_for(run, 60)
 
     with pytest.raises(SwarmError, match="transport stopped unexpectedly"):

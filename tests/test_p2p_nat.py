@@ -81,8 +81,8 @@ def test_nodes_that_cannot_dial_each_other_share_through_a_relay(
             async def both_heard() -> bool:
                 await a.publish(batch(len(got) + got["a"]))
                 await b.publish(batch(len(got) + got["b"]))
-                got["a"] += sum(r.peer_id == b.peer_id for r in a.drain())
-                got["b"] += sum(r.peer_id == a.peer_id for r in b.drain())
+                got["a"] += sum(r.peer_id == b.peer_id for r in a.inbox.drain())
+                got["b"] += sum(r.peer_id == a.peer_id for r in b.inbox.drain())
                 return got["a"] > 0 and got["b"] > 0
 
             for _ in range(120):

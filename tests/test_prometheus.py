@@ -40,7 +40,6 @@ from swarmnode.learn.metrics import RoundRecord
 from swarmnode.learn.tasks import ref_config, regenerate
 from swarmnode.node import Node
 from swarmnode.ops.monitor import MonitorServer
-from swarmnode.ops.monitor_view import node_view
 from swarmnode.share.memory_transport import MemoryNetwork
 from swarmnode.share.wire import encode_batch
 from tests.helpers import (
@@ -121,7 +120,7 @@ def rendered_metrics(tmp_path: Path) -> dict[str, dict[str, set[str]]]:
     transport.offer("X", b"\xc1 not msgpack")  # the gossip validator's path
     assert node.exchange is not None
     assert node.exchange.queue.offer("X", [make_group(3, created=time.time())]) == 0
-    text = generate_latest(MonitorServer(node.cfg.monitor, lambda: node_view(node)).registry)
+    text = generate_latest(MonitorServer(node.cfg.monitor, node.status).registry)
     out: dict[str, dict[str, set[str]]] = {}
     for fam in text_string_to_metric_families(text.decode()):
         for s in fam.samples:

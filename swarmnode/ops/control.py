@@ -2,7 +2,10 @@
 
 Role: a running node (either role) serves its status as JSON on a Unix socket in
 its data directory (``<data_dir>/control.sock``, mode 0600: only the owner can ask);
-``swarmnode status`` / ``peers`` / ``id`` read it with ``query_status``.
+``swarmnode status`` / ``peers`` / ``id`` read it with ``query_status``. The
+server gets the daemon's ``status`` method (an ``ops.status`` model) and sends its
+``control_json``: ``{"pid", "time", "swarm": the transport's stats or null,
+"node": the daemon's part}``.
 
 Protocol: the client sends one line (``status``), the server answers one JSON
 line and closes. Nothing but a fixed status view is reachable: no commands that
@@ -12,8 +15,8 @@ Invariants:
 - Loopback only by construction (a Unix socket; nothing listens on TCP).
 - Every read and write on both sides has a timeout; requests are capped at
   ``MAX_REQUEST`` bytes.
-- A failing node status callback is logged and reported in the answer
-  (``node_error``), never hidden and never fatal to the endpoint.
+- A failing status callback is logged and reported in the answer (``node_error``,
+  with ``swarm`` null), never hidden and never fatal to the endpoint.
 """
 
 from __future__ import annotations
@@ -32,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from swarmnode.errors import SwarmnodeError
 
 if TYPE_CHECKING:
-    from swarmnode.share.transport import Transport
+    from swarmnode.ops.status import DaemonStatus
 
 log = logging.getLogger("swarmnode.ops.control")
 
@@ -51,28 +54,21 @@ def socket_path(data_dir: Path) -> Path:
 
 
 class ControlServer:
-    """Serves ``{"swarm": transport.stats(), "node": status_fn(), ...}`` on the socket."""
+    """Serves ``status_fn().control_json()`` (with the pid and the time) on the socket."""
 
-    def __init__(
-        self,
-        data_dir: Path,
-        transport: Transport | None = None,
-        status_fn: Callable[[], dict[str, Any]] | None = None,
-    ) -> None:
+    def __init__(self, data_dir: Path, status_fn: Callable[[], DaemonStatus]) -> None:
         self.path = socket_path(data_dir)
-        self.transport = transport
         self.status_fn = status_fn
         self._server: asyncio.AbstractServer | None = None
 
     def status(self) -> dict[str, Any]:
         out: dict[str, Any] = {"pid": os.getpid(), "time": time.time()}
-        out["swarm"] = self.transport.stats() if self.transport is not None else None
-        if self.status_fn is not None:
-            try:
-                out["node"] = self.status_fn()
-            except Exception as err:  # the node's callback: report, don't kill the endpoint
-                log.exception("node status callback failed")
-                out["node_error"] = f"{err.__class__.__name__}: {err}"
+        try:
+            out.update(self.status_fn().control_json())
+        except Exception as err:  # the node's callback: report, don't kill the endpoint
+            log.exception("node status callback failed")
+            out["swarm"] = None
+            out["node_error"] = f"{err.__class__.__name__}: {err}"
         return out
 
     async def start(self) -> None:

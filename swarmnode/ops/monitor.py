@@ -8,7 +8,10 @@ serving, for GET only:
   process metrics;
 - ``/``, ``/static/<file>``: the dashboard, files shipped in the package
   (``swarmnode/ops/dashboard``), so it works with no outside network;
-- ``/api/state``: the JSON the page polls (``monitor_view.node_view``).
+- ``/api/state``: the JSON the page polls (the status model's ``view_json``).
+
+Both read one callable the daemon hands over, its ``status`` (an ``ops.status``
+model), so ``/metrics`` and the page never disagree and nothing here knows a daemon.
 
 Invariants:
 - Read-only: only GET routes exist; nothing reachable changes the node.
@@ -35,6 +38,7 @@ from prometheus_client.exposition import generate_latest
 from swarmnode.config import MonitorConfig
 from swarmnode.errors import SwarmnodeError
 from swarmnode.ops.monitor_view import ViewCollector
+from swarmnode.ops.status import DaemonStatus
 
 log = logging.getLogger("swarmnode.ops.monitor")
 
@@ -50,7 +54,7 @@ HEADERS = {
 }
 SHUTDOWN_S = 5.0
 
-ViewFn = Callable[[], dict[str, Any]]
+StatusFn = Callable[[], DaemonStatus]
 
 
 class MonitorError(SwarmnodeError):
@@ -79,13 +83,13 @@ def finite(value: Any) -> Any:
 
 
 class MonitorServer:
-    """Serves one daemon's view (``view_fn``) on ``cfg.listen``."""
+    """Serves one daemon's status (``status_fn``) on ``cfg.listen``."""
 
-    def __init__(self, cfg: MonitorConfig, view_fn: ViewFn) -> None:
+    def __init__(self, cfg: MonitorConfig, status_fn: StatusFn) -> None:
         self.cfg = cfg
-        self.view_fn = view_fn
+        self.status_fn = status_fn
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(ViewCollector(view_fn))
+        self.registry.register(ViewCollector(status_fn))
         ProcessCollector(registry=self.registry)
         self._runner: web.AppRunner | None = None
         self.port = 0  # the bound port, once started
@@ -142,7 +146,8 @@ class MonitorServer:
         )
 
     async def _state(self, request: web.Request) -> web.Response:
-        body = json.dumps(finite(self.view_fn()), separators=(",", ":"), allow_nan=False)
+        view = finite(self.status_fn().view_json())
+        body = json.dumps(view, separators=(",", ":"), allow_nan=False)
         return web.Response(text=body, content_type="application/json", headers=HEADERS)
 
     async def _metrics(self, request: web.Request) -> web.Response:
@@ -151,10 +156,10 @@ class MonitorServer:
         )
 
 
-async def start_monitor(cfg: MonitorConfig, view_fn: ViewFn) -> MonitorServer | None:
+async def start_monitor(cfg: MonitorConfig, status_fn: StatusFn) -> MonitorServer | None:
     """A started monitor when ``cfg.enabled``, else None."""
     if not cfg.enabled:
         return None
-    server = MonitorServer(cfg, view_fn)
+    server = MonitorServer(cfg, status_fn)
     await server.start()
     return server

@@ -1,8 +1,11 @@
 """Human-readable views of a node's status reply (``swarmnode status`` / ``peers``).
 
-Pure formatting of the JSON the control socket returns: no I/O, no heavy imports,
-and tolerant of missing keys (a bootstrap node or a node still loading answers with
-fewer fields), so the CLI never crashes on an older or partial reply.
+Pure formatting of the JSON the control socket returns, read back into the typed
+status first (``ops.status.ControlReply.from_json``): no I/O, no heavy imports, and
+tolerant of missing keys (a bootstrap node or a node still loading answers with
+fewer fields, each then at its default), so the CLI never crashes on an older or
+partial reply. The nested figures only the libp2p transport gives (``nat``,
+``reading``, ``counters``) are read as the dicts they are.
 """
 
 from __future__ import annotations
@@ -10,6 +13,9 @@ from __future__ import annotations
 from typing import Any
 
 from swarmnode.learn.metrics import RoundRecord
+from swarmnode.ops.status import ControlReply, TrainerStatus
+from swarmnode.share.exchange import IngestFigures
+from swarmnode.share.transport import TransportStats
 
 
 def _counts(d: dict[str, Any] | None) -> str:
@@ -23,14 +29,14 @@ def _short(peer: str) -> str:
 
 
 def format_peers(reply: dict[str, Any]) -> str:
-    sw = reply.get("swarm") or {}
-    if not sw:
+    sw = ControlReply.from_json(reply).swarm
+    if sw is None:
         return "swarm disabled: this node trains alone"
-    peers = sw.get("connected_peers") or []
+    peers = sw["connected_peers"]
     lines = [
-        f"peer id:   {sw.get('peer_id')}",
+        f"peer id:   {sw['peer_id']}",
         f"topic:     {sw.get('topic')}",
-        f"connected: {len(peers)}   mesh: {sw.get('mesh_size', 0)}   "
+        f"connected: {len(peers)}   mesh: {sw['mesh_size']}   "
         f"topic peers: {sw.get('topic_peers', 0)}   dht: {sw.get('dht_routing_table', 0)}",
     ]
     kinds = (sw.get("nat") or {}).get("connections") or {}
@@ -40,7 +46,7 @@ def format_peers(reply: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _nat_lines(sw: dict[str, Any]) -> list[str]:
+def _nat_lines(sw: TransportStats) -> list[str]:
     """Reachability (AutoNAT), relay slots held and served, peers reached via a relay."""
     nat = sw.get("nat") or {}
     if not nat:
@@ -76,7 +82,7 @@ def _nat_lines(sw: dict[str, Any]) -> list[str]:
     return lines
 
 
-def _reading_lines(sw: dict[str, Any]) -> list[str]:
+def _reading_lines(sw: TransportStats) -> list[str]:
     """CPU outside training against ``swarm.max_net_share``, and whether it binds."""
     rd = sw.get("reading") or {}
     if not rd:
@@ -87,11 +93,11 @@ def _reading_lines(sw: dict[str, Any]) -> list[str]:
     return [f"cpu outside training {share} of a core (cap {cap}): {held}"]
 
 
-def _score_lines(sw: dict[str, Any]) -> list[str]:
+def _score_lines(sw: TransportStats) -> list[str]:
     """Peer scores (lowest first, as the transport lists them) and who is graylisted."""
-    graylisted = sw.get("graylisted") or []
+    graylisted = sw["graylisted"]
     lines = [f"graylisted: {len(graylisted)}"] + [f"  {p}" for p in graylisted]
-    scores = sw.get("peer_scores") or {}
+    scores = sw["peer_scores"]
     if scores:
         lines.append("peer scores (lowest first):")
     for peer, row in scores.items():
@@ -103,78 +109,82 @@ def _score_lines(sw: dict[str, Any]) -> list[str]:
 
 
 def format_status(reply: dict[str, Any]) -> str:
-    node = reply.get("node") or {}
-    sw = reply.get("swarm") or {}
-    role, state = node.get("role", "?"), node.get("state", "-")
-    lines = [f"pid {reply.get('pid')}  role {role}  state {state}"]
-    if "node_error" in reply:
-        lines.append(f"status error: {reply['node_error']}")
-    if node.get("swarm_failure"):
-        lines.append(f"SWARM FAILURE: {node['swarm_failure']}")
-    if sw:
-        lines += [
-            f"peer id {sw.get('peer_id')}  running {sw.get('running')}",
-            f"listen  {' '.join(sw.get('listen_addrs') or [])}",
-            *_nat_lines(sw),
-            f"peers {sw.get('num_peers', 0)}  mesh {sw.get('mesh_size', 0)}  "
-            f"msgs in {sw.get('msgs_in', 0)} out {sw.get('msgs_out', 0)}  "
-            f"bytes in {sw.get('bytes_in', 0)} out {sw.get('bytes_out', 0)}",
-            f"rejected {sw.get('rejected_total', 0)}: {_counts(sw.get('rejected'))}",
-            f"inbox {sw.get('inbox_len', 0)} (dropped {sw.get('inbox_dropped', 0)})  "
-            f"outbox dropped {sw.get('outbox_dropped', 0)}",
-            *_reading_lines(sw),
-            *_score_lines(sw),
-        ]
-    else:
-        lines.append("swarm disabled")
-    if "round" in node:
-        lines.append(f"round {node['round']}  (max {node.get('max_rounds')})")
-    ing = node.get("ingest")
-    if ing:
-        lines += [
-            f"ingest accepted {ing.get('ingest_accepted', 0)}  "
-            f"rejected: {_counts(ing.get('ingest_rejected'))}",
-            f"queue {ing.get('queue_groups', 0)} groups, {ing.get('queue_bytes', 0)} bytes  "
-            f"evicted: {_counts(ing.get('ingest_evicted'))}  "
-            f"false claims {ing.get('ingest_claims_false', 0)}",
-            f"ingest time share {ing.get('ingest_time_share', 0.0)}"
-            f"  (busy {ing.get('ingest_busy_s', 0.0)}s,"
-            f" waited for budget {ing.get('ingest_budget_wait_s', 0.0)}s)",
-        ]
-        if ing.get("ingest_unverified"):  # sapo.verify: when_drawn
-            lines.append(
-                f"queued unverified {ing['ingest_unverified']}, verified when drawn "
-                f"{ing.get('ingest_late_verified', 0)} ({ing.get('ingest_late_verify_s', 0.0)}s)"
-            )
-        lines += [
-            "queue per peer: "
-            + _counts({_short(k): v for k, v in (ing.get("per_peer") or {}).items()}),
-        ]
-    if node.get("decode_failures"):
-        lines.append(f"decode failures: {_counts(node['decode_failures'])}")
-    if node.get("published"):
-        lines.append(
-            f"published: {_counts(node['published'])}"
-            + (
-                f"  dropped: {_counts(node['publish_dropped'])}"
-                if node.get("publish_dropped")
-                else ""
-            )
-        )
-    if node.get("trained_from"):
+    st = ControlReply.from_json(reply)
+    node = st.node
+    role, state = (node.role, node.state) if node is not None else ("?", "-")
+    lines = [f"pid {st.pid}  role {role}  state {state}"]
+    if st.node_error is not None:
+        lines.append(f"status error: {st.node_error}")
+    trainer = node if isinstance(node, TrainerStatus) else None
+    if trainer is not None and trainer.exchange is not None and trainer.exchange.swarm_failure:
+        lines.append(f"SWARM FAILURE: {trainer.exchange.swarm_failure}")
+    lines += ["swarm disabled"] if st.swarm is None else _swarm_lines(st.swarm)
+    if trainer is not None:
+        lines += _trainer_lines(trainer)
+    return "\n".join(lines)
+
+
+def _swarm_lines(sw: TransportStats) -> list[str]:
+    return [
+        f"peer id {sw['peer_id']}  running {sw['running']}",
+        f"listen  {' '.join(sw['listen_addrs'])}",
+        *_nat_lines(sw),
+        f"peers {sw['num_peers']}  mesh {sw['mesh_size']}  "
+        f"msgs in {sw['msgs_in']} out {sw['msgs_out']}  "
+        f"bytes in {sw.get('bytes_in', 0)} out {sw.get('bytes_out', 0)}",
+        f"rejected {sw['rejected_total']}: {_counts(sw['rejected'])}",
+        f"inbox {sw['inbox_len']} (dropped {sw['inbox_dropped']})  "
+        f"outbox dropped {sw.get('outbox_dropped', 0)}",
+        *_reading_lines(sw),
+        *_score_lines(sw),
+    ]
+
+
+def _trainer_lines(node: TrainerStatus) -> list[str]:
+    lines = [f"round {node.round}  (max {node.max_rounds})"]
+    ex = node.exchange
+    if ex is not None:
+        lines += _ingest_lines(ex.ingest)
+        if ex.decode_failures:
+            lines.append(f"decode failures: {_counts(ex.decode_failures)}")
+        if ex.published:
+            dropped = f"  dropped: {_counts(ex.publish_dropped)}" if ex.publish_dropped else ""
+            lines.append(f"published: {_counts(ex.published)}{dropped}")
+    if node.trained_from:
+        forgotten = node.trained_from_forgotten
         lines.append(
             "trained on external groups from: "
-            + _counts({_short(k): v for k, v in node["trained_from"].items()})
+            + _counts({_short(k): v for k, v in node.trained_from.items()})
+            + (f"  (and {forgotten} peers forgotten)" if forgotten else "")
         )
-    last = node.get("last_round")
-    if last:
-        rec = RoundRecord.from_json(last)
+    if node.last_round is not None:
+        lines.append(_last_round_line(node.last_round))
+    return lines
+
+
+def _ingest_lines(ing: IngestFigures) -> list[str]:
+    lines = [
+        f"ingest accepted {ing.ingest_accepted}  rejected: {_counts(ing.ingest_rejected)}",
+        f"queue {ing.queue_groups} groups, {ing.queue_bytes} bytes  "
+        f"evicted: {_counts(ing.ingest_evicted)}  false claims {ing.ingest_claims_false}",
+        f"ingest time share {ing.ingest_time_share}  (busy {ing.ingest_busy_s}s,"
+        f" waited for budget {ing.ingest_budget_wait_s}s)",
+    ]
+    if ing.ingest_unverified:  # sapo.verify: when_drawn
         lines.append(
-            f"last round: round={rec.round}  reward_mean={rec.reward_mean}"
-            f"  accuracy={rec.accuracy}  groups_trained={rec.groups_trained}"
-            f"  groups_skipped={rec.groups_skipped}  local_groups={rec.local_groups}"
-            f"  external_groups={rec.external_groups}  external_peers={rec.external_peers}"
-            f"  external_shortfall={rec.external_shortfall}  queue_groups={rec.queue_groups}"
-            f"  gen_seconds={rec.gen_seconds}  train_seconds={rec.train_seconds}"
+            f"queued unverified {ing.ingest_unverified}, verified when drawn "
+            f"{ing.ingest_late_verified} ({ing.ingest_late_verify_s}s)"
         )
-    return "\n".join(lines)
+    per_peer = {_short(k): v for k, v in ing.per_peer.items()}
+    return [*lines, "queue per peer: " + _counts(per_peer)]
+
+
+def _last_round_line(rec: RoundRecord) -> str:
+    return (
+        f"last round: round={rec.round}  reward_mean={rec.reward_mean}"
+        f"  accuracy={rec.accuracy}  groups_trained={rec.groups_trained}"
+        f"  groups_skipped={rec.groups_skipped}  local_groups={rec.local_groups}"
+        f"  external_groups={rec.external_groups}  external_peers={rec.external_peers}"
+        f"  external_shortfall={rec.external_shortfall}  queue_groups={rec.queue_groups}"
+        f"  gen_seconds={rec.gen_seconds}  train_seconds={rec.train_seconds}"
+    )

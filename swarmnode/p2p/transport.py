@@ -2,7 +2,7 @@
 
 Role: start the libp2p host (``host.P2PHost``) in a dedicated trio thread and expose
 it as a ``swarmnode.share.transport.Transport``: ``start``, ``publish``, ``receive``,
-``drain``, ``stats``, ``stop``.
+``stats``, ``stop``.
 
 Why a dedicated trio thread and not trio guest mode on the uvloop loop: in guest
 mode trio's tasks run *as callbacks of the asyncio loop*, so anything that holds the
@@ -44,7 +44,7 @@ from swarmnode.p2p.host import HostInfo, P2PHost
 from swarmnode.p2p.identity import identity_path, load_or_create_identity, load_psk
 from swarmnode.share.inbox import Counters, Inbox
 from swarmnode.share.peerscore import PeerScores
-from swarmnode.share.transport import Received, Transport, TransportError
+from swarmnode.share.transport import Received, Transport, TransportError, TransportStats
 from swarmnode.share.wire import MAX_MESSAGE_BYTES, WireError
 
 log = logging.getLogger("swarmnode.p2p")
@@ -206,11 +206,9 @@ class GossipTransport(Transport):
         """The next validated message from the inbox, or None after ``timeout`` seconds."""
         return await self.inbox.get(timeout=timeout)
 
-    def drain(self) -> list[Received]:
-        return self.inbox.drain()
-
-    def stats(self) -> dict[str, Any]:
-        """A JSON-able view: identity, addresses, peers, mesh, counters."""
+    def stats(self) -> TransportStats:
+        """Identity, addresses, peers, mesh, counters (``TransportStats``, with the keys
+        only this transport gives)."""
         snap = self._host.snapshot() if self._host is not None else {}
         counters = self.counters.snapshot()
         rejected = {

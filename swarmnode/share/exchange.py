@@ -8,9 +8,13 @@
   and hands it to ``IngestGuard.offer`` (``IngestQueue.offer``, verification, within
   the ingestion time budget) in a worker thread; the queue's verdicts (on arrival,
   or when a group is drawn with ``sapo.verify: when_drawn``) move the sender's score
-  in the transport's ``peer_scores`` (graylisting);
+  in the transport's ``peer_scores`` (graylisting): whoever makes the queue wires
+  them there (``IngestQueue(verdicts=...)``, node.py);
 - fail-stop: a dead transport or a crashed pump is recorded, shown in status
-  (``swarm_failure``), asks the node to stop, and ``check()`` raises ``SwarmError``.
+  (``swarm_failure``), asks the node to stop, and ``check()`` raises ``SwarmError``;
+- status: ``status()`` reads the queue, the guard and the transport once into one
+  ``ExchangeStatus``, from which both ``swarmnode status`` and each round record's
+  network figures (``ExchangeStatus.with_figures``) come.
 
 The data path reads in one direction: rollout (trainer) -> ``publish`` -> wire ->
 transport -> pump -> ``IngestQueue`` -> ``SwarmSampler`` (node-side) -> GRPO.
@@ -52,6 +56,7 @@ import logging
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from swarmnode.config import Config
@@ -63,7 +68,7 @@ from swarmnode.share.ingest import IngestQueue
 from swarmnode.share.ingest_guard import IngestGuard
 from swarmnode.share.publish_rate import PublishRate
 from swarmnode.share.swarmview import PeerBook
-from swarmnode.share.transport import Transport, TransportError
+from swarmnode.share.transport import Transport, TransportError, TransportStats
 from swarmnode.share.wire import WireError, decode_batch, encode_batch
 
 log = logging.getLogger("swarmnode.share.exchange")
@@ -101,6 +106,70 @@ def encode_round(
     )
 
 
+@dataclass(frozen=True)
+class IngestFigures:
+    """What ingestion has done since start (the queue's and the guard's reports)."""
+
+    queue_groups: int = 0  # peers' groups waiting
+    queue_bytes: int = 0  # their text
+    ingest_accepted: int = 0
+    ingest_rejected: dict[str, int] = field(default_factory=dict)  # reason -> groups
+    ingest_evicted: dict[str, int] = field(default_factory=dict)  # reason -> groups
+    ingest_claims_false: int = 0  # groups whose claimed rewards differed from ours
+    ingest_unverified: int = 0  # of accepted: queued on the cheap checks (when_drawn)
+    ingest_late_verified: int = 0  # of those: verified when drawn
+    ingest_late_verify_s: float = 0.0
+    ingest_time_share: float = 0.0  # share of wall time verifying (sapo.ingest_max_share)
+    ingest_busy_s: float = 0.0
+    ingest_budget_wait_s: float = 0.0
+    per_peer: dict[str, int] = field(default_factory=dict)  # peer -> groups waiting
+    offers: int = 0  # messages handed to verification
+
+
+@dataclass(frozen=True)
+class ExchangeStatus:
+    """The network side at one moment (``RolloutExchange.status``), JSON-able."""
+
+    network: TransportStats
+    ingest: IngestFigures = IngestFigures()
+    swarm_failure: str | None = None  # why the network side failed, if it did
+    decode_failures: dict[str, int] = field(default_factory=dict)  # reason -> messages
+    published: dict[str, int] = field(default_factory=dict)  # messages, groups, bytes...
+    publish_dropped: dict[str, int] = field(default_factory=dict)  # reason -> groups
+    publish_p: float = 1.0  # the share of rounds published (swarm.target_msgs_per_s)
+    heard_msgs_per_s: float | None = None  # what that share is set from
+
+    def to_json(self) -> dict[str, Any]:
+        """The exchange's keys of ``swarmnode status``'s node part (the network's are
+        its swarm part)."""
+        return {
+            "swarm_failure": self.swarm_failure,
+            "decode_failures": self.decode_failures,
+            "published": self.published,
+            "publish_dropped": self.publish_dropped,
+            "publish_p": self.publish_p,
+            "heard_msgs_per_s": self.heard_msgs_per_s,
+            "ingest": dataclasses.asdict(self.ingest),
+        }
+
+    def with_figures(self, rec: RoundRecord) -> RoundRecord:
+        """``rec`` with these ingestion and network figures filled in."""
+        ing, net = self.ingest, self.network
+        return dataclasses.replace(
+            rec,
+            queue_groups=ing.queue_groups,
+            queue_bytes=ing.queue_bytes,
+            ingest_accepted=ing.ingest_accepted,
+            ingest_rejected=ing.ingest_rejected,
+            peers=net["num_peers"],
+            mesh=net["mesh_size"],
+            msgs_in=net["msgs_in"],
+            msgs_out=net["msgs_out"],
+            msgs_rejected=net["rejected_total"],
+            ingest_time_share=ing.ingest_time_share,
+        )
+
+
 class RolloutExchange:
     """Publish, ingest pump and fail-stop of one trainer node in a swarm."""
 
@@ -115,9 +184,6 @@ class RolloutExchange:
         self.transport = transport
         self.queue = queue
         self.guard = IngestGuard(queue, cfg.sapo.ingest_max_share)
-        scores = transport.peer_scores
-        if scores is not None:  # ingestion's verdicts move the senders' scores
-            queue.verdicts = scores.report
         self.on_failure = on_failure
         self.failure: str | None = None
         self.decode_failures: Counter[str] = Counter()
@@ -239,38 +305,25 @@ class RolloutExchange:
         self.rate.observe(int(self.transport.stats()["msgs_in"]))
         return self.rate.publish(round_index)
 
-    def with_figures(self, rec: RoundRecord) -> RoundRecord:
-        """``rec`` with the queue's and the transport's figures filled in."""
-        rep = self.queue.report()
-        st = self.transport.stats()
-        return dataclasses.replace(
-            rec,
-            queue_groups=rep["queue_groups"],
-            queue_bytes=rep["queue_bytes"],
-            ingest_accepted=rep["ingest_accepted"],
-            ingest_rejected=rep["ingest_rejected"],
-            peers=st["num_peers"],
-            mesh=st["mesh_size"],
-            msgs_in=st["msgs_in"],
-            msgs_out=st["msgs_out"],
-            msgs_rejected=st["rejected_total"],
-            ingest_time_share=self.guard.report()["ingest_time_share"],
+    def status(self) -> ExchangeStatus:
+        """The queue's, the guard's and the transport's figures, read once."""
+        budget = self.guard.report()
+        ingest = IngestFigures(
+            **self.queue.report(),
+            ingest_time_share=budget["ingest_time_share"],
+            ingest_busy_s=budget["ingest_busy_s"],
+            ingest_budget_wait_s=budget["ingest_budget_wait_s"],
+            per_peer=self.queue.per_peer(),
+            offers=self.offers,
         )
-
-    def status(self) -> dict[str, Any]:
-        """The network-side part of ``swarmnode status`` (JSON-able)."""
-        ingest: dict[str, Any] = self.queue.report()
-        ingest["per_peer"] = self.queue.per_peer()
-        ingest["offers"] = self.offers
-        ingest.update(self.guard.report())
-        return {
-            "swarm_failure": self.failure,
-            "decode_failures": dict(self.decode_failures),
-            "published": dict(self.published),
-            "publish_dropped": dict(self.publish_dropped),
-            "publish_p": round(self.rate.p, 4) if self.rate else 1.0,
-            "heard_msgs_per_s": (
-                round(self.rate.heard_per_s, 2) if self.rate and self.rate.heard_per_s else None
-            ),
-            "ingest": ingest,
-        }
+        rate = self.rate
+        return ExchangeStatus(
+            network=self.transport.stats(),
+            ingest=ingest,
+            swarm_failure=self.failure,
+            decode_failures=dict(self.decode_failures),
+            published=dict(self.published),
+            publish_dropped=dict(self.publish_dropped),
+            publish_p=round(rate.p, 4) if rate else 1.0,
+            heard_msgs_per_s=round(rate.heard_per_s, 2) if rate and rate.heard_per_s else None,
+        )

@@ -20,11 +20,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from typing import Any
 
 from swarmnode.share.inbox import Counters, Inbox
 from swarmnode.share.peerscore import PeerScores
-from swarmnode.share.transport import Received, Transport, TransportError
+from swarmnode.share.transport import Received, Transport, TransportError, TransportStats
 from swarmnode.share.wire import MAX_MESSAGE_BYTES, WireError, decode_batch
 
 
@@ -115,10 +114,7 @@ class MemoryTransport(Transport):
     async def receive(self, timeout: float) -> Received | None:
         return await self.inbox.get(timeout)  # after a crash: None at the timeout
 
-    def drain(self) -> list[Received]:
-        return self.inbox.drain()
-
-    def stats(self) -> dict[str, Any]:
+    def stats(self) -> TransportStats:
         counters = self.counters.snapshot()
         rejected = {
             k.removeprefix("rejected."): v for k, v in counters.items() if k.startswith("rejected.")

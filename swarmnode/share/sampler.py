@@ -45,7 +45,10 @@ Invariants:
 - A group taken from the queue leaves it: each external group is trained on once.
 - Deterministic given (seed, round), the queue's content and its clock.
 - Tenure (``ratelimit.Tenure``) is remembered for a bounded number of peers, the
-  least recently heard forgotten first.
+  least recently heard forgotten first; so is each sender's record (``peer_trust``,
+  a ``PeerLRU`` of ``TRUSTED_PEERS``: the least recently moved forgotten first, and
+  counted), so a flood of identities cannot grow it: a forgotten sender starts again
+  at full weight, as a new identity would.
 """
 
 from __future__ import annotations
@@ -53,9 +56,11 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections import Counter
-from collections.abc import Callable, Sequence
+import threading
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from swarmnode.config import SapoConfig
 from swarmnode.learn.groups import RolloutGroup, reward_std
@@ -65,6 +70,53 @@ from swarmnode.share.ratelimit import Tenure
 
 MIN_TENURE_WEIGHT = 1e-3  # a brand-new peer still fills slots nobody else can
 MAX_DRAWS_PER_SLOT = 4  # verify: when_drawn: tries per external slot, then a shortfall
+TRUSTED_PEERS = 16_384  # senders whose record peer_trust keeps (as ratelimit.Tenure's)
+V = TypeVar("V")
+
+
+class PeerLRU(Mapping[str, V]):
+    """Per-peer values for at most ``max_peers`` peers. Setting one makes it the most
+    recent; past the bound the least recently set is forgotten, and counted
+    (``forgotten``). A peer not held reads as ``default``, as a forgotten one does.
+
+    Thread-safe for one writer: readers on other threads iterate a ``snapshot``.
+
+    >>> t = PeerLRU(2, default=0)
+    >>> t["a"] = 1; t["b"] = 2; t["a"] += 2; t["c"] = 4
+    >>> dict(t), t["b"], "b" in t, t.forgotten
+    ({'a': 3, 'c': 4}, 0, False, 1)
+    """
+
+    def __init__(self, max_peers: int, default: V) -> None:
+        self.max_peers, self.default = max_peers, default
+        self.forgotten = 0
+        self._values: OrderedDict[str, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def __getitem__(self, peer: str) -> V:
+        return self._values.get(peer, self.default)
+
+    def __setitem__(self, peer: str, value: V) -> None:
+        with self._lock:
+            self._values[peer] = value
+            self._values.move_to_end(peer)
+            while len(self._values) > self.max_peers:
+                self._values.popitem(last=False)
+                self.forgotten += 1
+
+    def __contains__(self, peer: object) -> bool:
+        return peer in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.snapshot())
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def snapshot(self) -> dict[str, V]:
+        """A copy, oldest first."""
+        with self._lock:
+            return dict(self._values)
 
 
 @dataclass
@@ -119,7 +171,8 @@ class SwarmSampler:
         self.queue = queue
         self.seed = seed
         self.replay = replay
-        self.peer_trust: dict[str, float] = {}  # adaptive: EMA of honest reward claims
+        # adaptive: EMA of honest reward claims per sender, bounded
+        self.peer_trust: PeerLRU[float] = PeerLRU(TRUSTED_PEERS, default=1.0)
         self._judged: dict[str, None] = {}  # queue keys already counted in peer_trust
         # peer -> arrival of its first verified group, on the queue's clock
         clock = queue.clock if queue is not None else (lambda: 0.0)
@@ -223,7 +276,7 @@ class SwarmSampler:
             rng,
             entries,
             n_ext,
-            lambda e: signal(e.group) * max(0.05, self.peer_trust.get(e.peer, 1.0)),
+            lambda e: signal(e.group) * max(0.05, self.peer_trust[e.peer]),
         )
         n_local = min(len(useful_local), budget - len(taken))
         shortfall = max(0, j - len(taken))
@@ -245,7 +298,7 @@ class SwarmSampler:
         self._move_trust(entry)
 
     def _move_trust(self, entry: Entry) -> None:
-        old = self.peer_trust.get(entry.peer, 1.0)
+        old = self.peer_trust[entry.peer]
         self.peer_trust[entry.peer] = 0.9 * old + 0.1 * (1.0 if entry.claimed_match else 0.0)
 
     def _note_tenure(self, entries: list[tuple[str, Entry]]) -> None:

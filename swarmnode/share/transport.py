@@ -8,18 +8,21 @@ bootstrap role rely on. Two implementations: ``p2p.transport.GossipTransport``
 Invariants every implementation keeps:
 - ``publish`` never blocks on the network: it queues one encoded message (at most
   ``wire.MAX_MESSAGE_BYTES``) or raises ``TransportError``.
-- What ``receive``/``drain`` return has passed the wire validator and names its
-  signed originator; the receive side is bounded, drops the oldest when full and
-  counts the drop.
+- What ``receive`` returns has passed the wire validator and names its signed
+  originator; the receive side is bounded, drops the oldest when full and counts
+  the drop.
 - ``receive`` waits at most ``timeout`` seconds.
 - ``running`` turns False when the transport dies on its own; ``stop`` then raises
   ``TransportError`` saying why (a failure is never swallowed).
+- ``stats`` is one ``TransportStats``: the keys every implementation gives, typed,
+  plus what one adds (documented there); JSON-able as it is, so ``swarmnode
+  status`` shows it unchanged.
 """
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple, NotRequired, TypedDict
 
 from swarmnode.errors import SwarmnodeError
 
@@ -44,6 +47,37 @@ class Received(NamedTuple):
     # what our own decode_batch made of ``payload`` in the transport's validator, so
     # ingestion does not decode it twice (None: ingestion decodes it)
     batch: Batch | None = None
+
+
+class TransportStats(TypedDict):
+    """A transport's figures at one moment (``Transport.stats``), JSON-able."""
+
+    running: bool
+    peer_id: str | None  # None before start
+    listen_addrs: list[str]
+    connected_peers: list[str]
+    num_peers: int
+    mesh_size: int  # peers this node forwards the topic to
+    msgs_in: int  # messages the validator accepted
+    msgs_out: int  # messages published
+    rejected: dict[str, int]  # reason -> messages the validator refused
+    rejected_total: int
+    inbox_len: int
+    inbox_dropped: int  # dropped oldest-first from a full inbox
+    peer_scores: dict[str, Any]  # peer -> {score, graylisted, verdicts}, lowest first
+    graylisted: list[str]
+    # What the libp2p transport adds (absent from the in-memory one):
+    topic: NotRequired[str | None]
+    topic_peers: NotRequired[int]
+    dht_routing_table: NotRequired[int]
+    dht_lookups_deferred: NotRequired[int]
+    nat: NotRequired[dict[str, Any]]  # reachability, relay slots, direct vs relayed peers
+    reading: NotRequired[dict[str, Any]]  # CPU outside training (net_share), its cap, level
+    bytes_in: NotRequired[int]
+    bytes_out: NotRequired[int]
+    outbox_dropped: NotRequired[int]
+    counters: NotRequired[dict[str, int]]  # every counter, by name
+    uptime_s: NotRequired[float]
 
 
 class Transport(ABC):
@@ -82,11 +116,5 @@ class Transport(ABC):
         """The next validated message, or None after ``timeout`` seconds."""
 
     @abstractmethod
-    def drain(self) -> list[Received]:
-        """Everything waiting, oldest first, without waiting."""
-
-    @abstractmethod
-    def stats(self) -> dict[str, Any]:
-        """A JSON-able view for ``swarmnode status``. Keys every implementation gives:
-        running, peer_id, listen_addrs, connected_peers, num_peers, mesh_size,
-        msgs_in, msgs_out, rejected (reason -> count), rejected_total."""
+    def stats(self) -> TransportStats:
+        """This transport's figures now (``swarmnode status``, the round records)."""

@@ -56,6 +56,18 @@ import time
 from pathlib import Path
 from typing import Any
 
+import msgpack
+import trio
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.id import ID
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
+from libp2p.tools.anyio_service import background_trio_service
+from multiaddr import Multiaddr
+
 from swarmnode.lab import REPO
 from swarmnode.lab.bench_flood import (
     MODEL_HELP,
@@ -71,6 +83,9 @@ from swarmnode.lab.bench_flood import (
     shut_down,
     start_node,
 )
+from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, QuietGossipSub
+from swarmnode.p2p.yamux_window import install as half_window_credit
+from swarmnode.p2p.yamux_write import install as whole_writes
 
 FORWARDERS: list[subprocess.Popen[bytes]] = []
 
@@ -78,59 +93,51 @@ FORWARDERS: list[subprocess.Popen[bytes]] = []
 # ---- a forwarder process: one host relaying the batches of many identities ---------
 
 
-def run_forwarder(
-    target: str, proc: int, identities: int, period: float, groups: int, share: float = 1.0
-) -> None:
-    import msgpack
-    import trio
-    from libp2p import new_host
-    from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.id import ID
-    from libp2p.peer.peerinfo import info_from_p2p_addr
-    from libp2p.pubsub.pb import rpc_pb2
-    from libp2p.pubsub.pubsub import Pubsub
-    from libp2p.pubsub.validators import PUBSUB_SIGNING_PREFIX
-    from libp2p.tools.anyio_service import background_trio_service
-    from multiaddr import Multiaddr
+class Forwarder:
+    """One forwarder process: a raw py-libp2p gossipsub host meshed with the node,
+    relaying the batches of ``identities`` honest originators (their own keys, their
+    own signatures), each every ``period`` seconds with a random phase, a round
+    published with probability ``share``. ``figures``: sent, failed, bytes, skipped."""
 
-    from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, QuietGossipSub
-    from swarmnode.p2p.yamux_window import install as half_window_credit
-    from swarmnode.p2p.yamux_write import install as whole_writes
+    def __init__(
+        self, target: str, proc: int, identities: int, period: float, groups: int, share: float
+    ) -> None:
+        self.info = info_from_p2p_addr(Multiaddr(target))
+        self.proc, self.identities, self.period = proc, identities, period
+        self.groups, self.share = groups, share
+        # task seed 5100 + proc, as before --flood-seed
+        self.pool = flood_pool(5000, 100 + proc, 2000)
+        self.keys = [create_new_key_pair() for _ in range(identities)]
+        self.ids = [ID.from_pubkey(k.public_key).to_bytes() for k in self.keys]
+        self.figures = {"sent": 0, "failed": 0, "bytes": 0, "skipped": 0}
+        self.seqno = time.time_ns()
 
-    half_window_credit()  # yamux credit as a swarmnode peer returns it
-    whole_writes()  # and its writes whole (a stock py-libp2p host can splice them)
-    info = info_from_p2p_addr(Multiaddr(target))
-    pool = flood_pool(5000, 100 + proc, 2000)  # task seed 5100 + proc, as before --flood-seed
-    keys = [create_new_key_pair() for _ in range(identities)]
-    ids = [ID.from_pubkey(k.public_key).to_bytes() for k in keys]
-    figures = {"sent": 0, "failed": 0, "bytes": 0, "skipped": 0}
-    seqno = time.time_ns()
-
-    def message(k: int, i: int) -> rpc_pb2.Message:
-        nonlocal seqno
-        seqno += 1
-        now = time.time()
+    def message(self, k: int, i: int) -> rpc_pb2.Message:
+        """Identity k's i-th batch, signed by k."""
+        self.seqno += 1
+        now, groups, pool = time.time(), self.groups, self.pool
         batch = [dict(pool[(i * groups + j) % len(pool)], created=now) for j in range(groups)]
         obj = {"v": 2, "swarm": "default", "round": i + 1, "groups": batch}
         data = bytes(msgpack.packb(obj, use_bin_type=True))
         msg = rpc_pb2.Message(
-            data=data, topicIDs=[TOPIC], from_id=ids[k], seqno=seqno.to_bytes(8, "big")
+            data=data, topicIDs=[TOPIC], from_id=self.ids[k], seqno=self.seqno.to_bytes(8, "big")
         )
-        msg.signature = keys[k].private_key.sign(
+        msg.signature = self.keys[k].private_key.sign(
             PUBSUB_SIGNING_PREFIX.encode() + msg.SerializeToString()
         )
         return msg
 
-    def line() -> str:
+    def line(self) -> str:
         cpu = resource.getrusage(resource.RUSAGE_SELF)
-        return json.dumps({**figures, "cpu_s": round(cpu.ru_utime + cpu.ru_stime, 1)})
+        return json.dumps({**self.figures, "cpu_s": round(cpu.ru_utime + cpu.ru_stime, 1)})
 
-    async def report() -> None:
+    async def report(self) -> None:
         while True:  # a process slow to exit still leaves its figures
             await trio.sleep(2)
-            print(line(), flush=True)
+            print(self.line(), flush=True)
 
-    async def main() -> None:
+    async def main(self) -> None:
+        info = self.info
         listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
         host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
         # Honest swarmnode peers send IDONTWANT only for large messages, as the node does.
@@ -151,33 +158,46 @@ def run_forwarder(
                 while info.peer_id not in gs.mesh.get(TOPIC, set()):
                     await trio.sleep(0.2)
             print(json.dumps({"ready": host.get_id().to_base58()}), flush=True)
-            nursery.start_soon(report)
-            rng = random.Random(proc)
-            start = time.monotonic()
-            due = sorted((start + rng.uniform(0, period), k) for k in range(identities))
-            count = itertools.count()
-            while True:
-                at, k = due.pop(0)
-                await trio.sleep(max(0.0, at - time.monotonic()))
-                due.append((at + period * rng.uniform(0.9, 1.1), k))
-                due.sort()
-                if rng.random() >= share:  # this round not published (publish_rate)
-                    figures["skipped"] += 1
-                    continue
-                msg = message(k, next(count))
-                try:  # relayed as a mesh peer relays: from_id and signature are k's
-                    await ps.push_msg(host.get_id(), msg)
-                    figures["sent"] += 1
-                    figures["bytes"] += len(msg.data)
-                except Exception:  # counted; an honest peer keeps going
-                    figures["failed"] += 1
+            nursery.start_soon(self.report)
+            await self.relay(host, ps)
 
+    async def relay(self, host: Any, ps: Pubsub) -> None:
+        """Each identity's batches on its schedule, pushed as a mesh peer relays
+        them: from_id and signature are the identity's, the host only forwards."""
+        rng = random.Random(self.proc)
+        period, figures = self.period, self.figures
+        start = time.monotonic()
+        due = sorted((start + rng.uniform(0, period), k) for k in range(self.identities))
+        count = itertools.count()
+        while True:
+            at, k = due.pop(0)
+            await trio.sleep(max(0.0, at - time.monotonic()))
+            due.append((at + period * rng.uniform(0.9, 1.1), k))
+            due.sort()
+            if rng.random() >= self.share:  # this round not published (publish_rate)
+                figures["skipped"] += 1
+                continue
+            msg = self.message(k, next(count))
+            try:  # relayed as a mesh peer relays: from_id and signature are k's
+                await ps.push_msg(host.get_id(), msg)
+                figures["sent"] += 1
+                figures["bytes"] += len(msg.data)
+            except Exception:  # counted; an honest peer keeps going
+                figures["failed"] += 1
+
+
+def run_forwarder(
+    target: str, proc: int, identities: int, period: float, groups: int, share: float = 1.0
+) -> None:
+    half_window_credit()  # yamux credit as a swarmnode peer returns it
+    whole_writes()  # and its writes whole (a stock py-libp2p host can splice them)
+    forwarder = Forwarder(target, proc, identities, period, groups, share)
     try:
-        trio.run(main)
+        trio.run(forwarder.main)
     except KeyboardInterrupt:
         pass
     finally:
-        print(line(), flush=True)
+        print(forwarder.line(), flush=True)
 
 
 # ---- the measuring side -------------------------------------------------------------

@@ -63,7 +63,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import trio
 import yaml
+from libp2p import new_host
+from libp2p.crypto.ed25519 import create_new_key_pair
+from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.pubsub.gossipsub import GossipSub
+from libp2p.pubsub.pb import rpc_pb2
+from libp2p.pubsub.pubsub import Pubsub
+from libp2p.tools.anyio_service import background_trio_service
+from multiaddr import Multiaddr
 
 from swarmnode.config import SwarmConfig, parse_config
 from swarmnode.lab import REPO
@@ -72,7 +81,7 @@ from swarmnode.learn.metrics import RoundRecord, read_rounds
 from swarmnode.learn.rewards import make_scorer
 from swarmnode.learn.tasks import TaskMix
 from swarmnode.ops.control import ControlError, query_status
-from swarmnode.p2p.gossip import topic_for
+from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share.wire import encode_batch
 
@@ -130,52 +139,53 @@ def flood_payload(pool: list[dict[str, Any]], i: int, groups: int) -> bytes:
     return bytes(msgpack.packb(obj, use_bin_type=True))
 
 
-def run_flooder(
-    target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
-) -> None:
-    """Raw py-libp2p hosts: mesh with the victim, then publish (``rate`` messages a
-    second each; 0: as fast as they can). Prints {"ready": [peer ids]} once every host
-    has the victim in its mesh, and the figures ({"sent": n, ...}) at the end."""
-    import trio
-    from libp2p import new_host
-    from libp2p.crypto.ed25519 import create_new_key_pair
-    from libp2p.peer.peerinfo import info_from_p2p_addr
-    from libp2p.pubsub.gossipsub import GossipSub
-    from libp2p.pubsub.pb import rpc_pb2
-    from libp2p.pubsub.pubsub import Pubsub
-    from libp2p.tools.anyio_service import background_trio_service
-    from multiaddr import Multiaddr
+class Flooder:
+    """The flooder process: one raw py-libp2p host per identity, and what each did.
 
-    from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS
+    ``sent[k]``: messages identity k's router queued for the victim, less those its
+    outbound queue dropped (``queue_dropped``); ``published``: publishes that
+    returned; ``failed``: publishes or redials that raised; ``redials``: dials after
+    the victim cut it off."""
 
-    info = info_from_p2p_addr(Multiaddr(target))
-    pools = [flood_pool(seed, k, 1500) for k in range(identities)]
-    published, sent, queue_dropped = [0] * identities, [0] * identities, [0] * identities
-    failed, redials = [0] * identities, [0] * identities
-    ready: list[str] = []
+    def __init__(
+        self, target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
+    ) -> None:
+        self.info = info_from_p2p_addr(Multiaddr(target))
+        self.identities, self.seconds, self.rate, self.groups = identities, seconds, rate, groups
+        self.pools = [flood_pool(seed, k, 1500) for k in range(identities)]
+        self.published, self.sent = [0] * identities, [0] * identities
+        self.queue_dropped = [0] * identities
+        self.failed, self.redials = [0] * identities, [0] * identities
+        self.ready: list[str] = []
+        self.stop_at: list[float] = []  # set once every host is meshed
+        self.all_ready = trio.Event()
 
-    def count_sends(k: int, ps: Pubsub, gs: GossipSub) -> None:
+    def count_sends(self, k: int, ps: Pubsub, gs: GossipSub) -> None:
         """``sent[k]``: messages the router queued for the victim, less queue drops."""
         send, drop = gs.send_rpc, gs._handle_dropped_rpc
+        victim, queue_dropped = self.info.peer_id, self.queue_dropped
 
         def send_rpc(peer: Any, rpc: rpc_pb2.RPC, priority: bool = False) -> None:
-            if peer != info.peer_id or not rpc.publish or peer not in ps.peer_queues:
+            if peer != victim or not rpc.publish or peer not in ps.peer_queues:
                 send(peer, rpc, priority)
                 return
             before = queue_dropped[k]
             send(peer, rpc, priority)
             if queue_dropped[k] == before:
-                sent[k] += len(rpc.publish)
+                self.sent[k] += len(rpc.publish)
 
         def dropped(peer: Any, rpc: rpc_pb2.RPC, reason: str) -> None:
-            if peer == info.peer_id:
+            if peer == victim:
                 queue_dropped[k] += len(rpc.publish)
             drop(peer, rpc, reason)
 
         setattr(gs, "send_rpc", send_rpc)  # noqa: B010 (instrumenting a library object)
         setattr(gs, "_handle_dropped_rpc", dropped)  # noqa: B010
 
-    async def one(k: int, all_ready: trio.Event, stop_at: list[float]) -> None:
+    async def one(self, k: int) -> None:
+        """Identity k: join the topic, wait until the victim is in its mesh (and every
+        other host too), then flood until the shared stop time."""
+        info = self.info
         listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
         host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
         # py-libp2p's spam guard also throttles our own publishes (10/s): an attacker
@@ -184,7 +194,7 @@ def run_flooder(
             list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1, spam_protection_enabled=False
         )
         ps = Pubsub(host, gs, strict_signing=True)
-        count_sends(k, ps, gs)
+        self.count_sends(k, ps, gs)
         async with (
             host.run(listen_addrs=listen),
             background_trio_service(ps),
@@ -196,68 +206,86 @@ def run_flooder(
                 await host.connect(info)
                 while info.peer_id not in gs.mesh.get(TOPIC, set()):
                     await trio.sleep(0.2)
-            ready.append(host.get_id().to_base58())
-            if len(ready) == identities:
-                print(json.dumps({"ready": ready}), flush=True)
-                stop_at.append(time.monotonic() + seconds)
-                all_ready.set()
-            await all_ready.wait()
-            i, next_at = 0, time.monotonic()
-            while time.monotonic() < stop_at[0]:
-                if info.peer_id not in ps.peers:  # cut off by the victim: redial, as attackers do
-                    redials[k] += 1
-                    with trio.move_on_after(2):
-                        try:
-                            await host.connect(info)
-                        except Exception:  # refused: counted, tried again in a second
-                            failed[k] += 1
-                    await trio.sleep(1)
-                    continue
-                queue = ps.peer_queues.get(info.peer_id)
-                if queue is not None and len(queue) >= 8:
-                    # Unpaced, the publish loop starved the writer task: 16 of 8,390
-                    # messages left and the rest died in the full queue. Send only as
-                    # fast as the connection takes them.
-                    await trio.sleep(0.001)
-                    continue
-                try:
-                    await ps.publish(TOPIC, flood_payload(pools[k], i, groups))
-                    published[k] += 1
-                except Exception:  # counted; a flooder keeps going
-                    failed[k] += 1
-                    await trio.sleep(0.01)
-                i += 1
-                if rate > 0:
-                    next_at += 1 / rate
-                    await trio.sleep(max(0.0, next_at - time.monotonic()))
-                elif i % 20 == 0:
-                    await trio.sleep(0)
+            self.ready.append(host.get_id().to_base58())
+            if len(self.ready) == self.identities:
+                print(json.dumps({"ready": self.ready}), flush=True)
+                self.stop_at.append(time.monotonic() + self.seconds)
+                self.all_ready.set()
+            await self.all_ready.wait()
+            await self.flood(k, host, ps)
 
-    def figures() -> str:
+    async def flood(self, k: int, host: Any, ps: Pubsub) -> None:
+        """Publish ``rate`` messages a second (0: as fast as the connection takes
+        them) until the stop time; redial whenever the victim cut us off."""
+        info, rate = self.info, self.rate
+        i, next_at = 0, time.monotonic()
+        while time.monotonic() < self.stop_at[0]:
+            if info.peer_id not in ps.peers:  # cut off by the victim: redial, as attackers do
+                self.redials[k] += 1
+                with trio.move_on_after(2):
+                    try:
+                        await host.connect(info)
+                    except Exception:  # refused: counted, tried again in a second
+                        self.failed[k] += 1
+                await trio.sleep(1)
+                continue
+            queue = ps.peer_queues.get(info.peer_id)
+            if queue is not None and len(queue) >= 8:
+                # Unpaced, the publish loop starved the writer task: 16 of 8,390
+                # messages left and the rest died in the full queue. Send only as
+                # fast as the connection takes them.
+                await trio.sleep(0.001)
+                continue
+            try:
+                await ps.publish(TOPIC, flood_payload(self.pools[k], i, self.groups))
+                self.published[k] += 1
+            except Exception:  # counted; a flooder keeps going
+                self.failed[k] += 1
+                await trio.sleep(0.01)
+            i += 1
+            if rate > 0:
+                next_at += 1 / rate
+                await trio.sleep(max(0.0, next_at - time.monotonic()))
+            elif i % 20 == 0:
+                await trio.sleep(0)
+
+    def figures(self) -> str:
         cpu = resource.getrusage(resource.RUSAGE_SELF)
-        out: dict[str, Any] = {"sent": sum(sent), "sent_by": sent, "published": sum(published)}
-        out.update(queue_dropped=sum(queue_dropped), failed=sum(failed), redials=sum(redials))
+        sent = self.sent
+        out: dict[str, Any] = {"sent": sum(sent), "sent_by": sent, "published": sum(self.published)}
+        out.update(
+            queue_dropped=sum(self.queue_dropped),
+            failed=sum(self.failed),
+            redials=sum(self.redials),
+        )
         out["cpu_s"] = round(cpu.ru_utime + cpu.ru_stime, 1)
         return json.dumps(out)
 
-    async def report(all_ready: trio.Event) -> None:
+    async def report(self) -> None:
         """The figures every 2 s: a flooder stuck in a write still leaves its count."""
-        await all_ready.wait()
+        await self.all_ready.wait()
         while True:
             await trio.sleep(2)
-            print(figures(), flush=True)
+            print(self.figures(), flush=True)
 
-    async def main() -> None:
-        all_ready, stop_at = trio.Event(), []  # type: ignore[var-annotated]
+    async def main(self) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(report, all_ready)
-            for k in range(identities):
-                nursery.start_soon(one, k, all_ready, stop_at)
+            nursery.start_soon(self.report)
+            for k in range(self.identities):
+                nursery.start_soon(self.one, k)
 
+
+def run_flooder(
+    target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
+) -> None:
+    """Raw py-libp2p hosts: mesh with the victim, then publish (``rate`` messages a
+    second each; 0: as fast as they can). Prints {"ready": [peer ids]} once every host
+    has the victim in its mesh, and the figures ({"sent": n, ...}) at the end."""
+    flooder = Flooder(target, identities, seconds, rate, groups, seed)
     try:
-        trio.run(main)
+        trio.run(flooder.main)
     finally:
-        print(figures(), flush=True)
+        print(flooder.figures(), flush=True)
 
 
 # ---- the measuring side -------------------------------------------------------------

@@ -152,10 +152,13 @@ def test_refusals_are_one_line(trained: Path, exported: Path, tmp_path: Path) ->
     assert not (tmp_path / "c").exists() and not list(tmp_path.glob(".c.export-*"))
 
 
-def test_card_with_peers_levels_and_eval(tiny_model_dir: Path, tmp_path: Path) -> None:
+def test_card_with_peers_levels_and_eval(tmp_path: Path) -> None:
     spec = {"name": "chain_sum", "levels": [{"min_terms": 3}, {"min_terms": 4}]}
     raw = tiny_config(
-        tiny_model_dir, tmp_path, swarm={"enabled": True, "name": "lab"}, tasks={"datasets": [spec]}
+        tmp_path / "model",
+        tmp_path,
+        swarm={"enabled": True, "name": "lab"},
+        tasks={"datasets": [spec, {"name": "basic_arithmetic"}]},
     )
     cfg = parse_config(raw)
     log = MetricsLog(tmp_path / "metrics.jsonl")
@@ -197,6 +200,7 @@ def test_card_with_peers_levels_and_eval(tiny_model_dir: Path, tmp_path: Path) -
     assert "| Swarm | `lab` |" in card
     assert "| all, 95% interval | 0.750 (0.300-0.950) | 0.250 (0.050-0.700) |" in card
     assert "+0.500 (95% bootstrap +0.000 to +1.000)" in card
+    assert "| basic_arithmetic (no held-out items) | - | - |" in card  # eval had none
     assert "No held-out eval was run on this checkpoint (round 2)" in model_card(
         cfg, CheckpointRef(2, tmp_path / "x", {}), "llama"
     )

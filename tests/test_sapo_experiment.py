@@ -194,6 +194,16 @@ def test_quick_runs_the_fair_comparison_arms(tiny_model_dir: Path, tmp_path: Pat
     assert "replay" not in sources  # heavy-pos replays nothing; its sources: local, peers
     replayed = (raw / "self-replay-s0" / "n0.trained_items.jsonl").read_text()
     assert {json.loads(x)["source"] for x in replayed.splitlines()} <= {"local", "replay"}
+    # results.md: swarms as the unit against none (and the better lone arm), with the
+    # item-level held-out from the item records, equal effort, and the commit each ran on.
+    table = (out / "results.md").read_text()
+    assert "Against none, swarms as the unit" in table
+    assert "The better lone arm by mean cumulative reward per node:" in table
+    heavy = next(x for x in table.splitlines() if x.startswith("| heavy-pos | 1 swarm / 2 nodes"))
+    assert "paired) |" in heavy and heavy.endswith("| one commit |")
+    commit = json.loads((out / "none-s0" / "run.json").read_text())["commit"]
+    assert f"| none | {commit[:12]}" in table and "| optimizer steps |" in table
+    assert "heavy-pos_optimizer_steps=" in last and "none_tokens_unmasked=" in last
 
 
 TRAINED_KEYS = {"round", "source", "dataset", "config", "seed", "index"}

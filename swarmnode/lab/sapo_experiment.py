@@ -37,6 +37,11 @@ reads whatever runs exist (``--aggregate`` does only that) and writes to --out:
 - results.md: per configuration the mean cumulative reward per node and held-out
   accuracy, each with the paired difference to ``none`` (by seed and node) and its
   95% bootstrap interval, compute seconds and tokens generated / trained per node;
+  then (swarmnode/lab/sapo_tables.py) the same against ``none`` and against the
+  better of ``none`` and ``self-replay`` with swarms as the unit (cluster bootstrap,
+  permutation p, an item-level bootstrap for held-out), per dataset too; the
+  equal-effort view (optimizer steps, groups and unmasked tokens trained, compute
+  seconds, reward at equal compute); and the commit(s) each configuration ran on;
 - curves.png: reward per round (moving average, mean over nodes and seeds, 95%
   band), and the same against compute seconds (time to accuracy).
 
@@ -45,8 +50,9 @@ held-out results) to DIR, the form committed under docs/experiments/; ``--import
 DIR`` lays such a folder out under --out again, so the committed tables can be
 recomputed from the committed data (swarmnode/lab/sapo_raw.py).
 
-The last line printed carries, per configuration, runs, rounds, groups and tokens
-trained, cumulative reward and held-out accuracy.
+The last line printed carries, per configuration, runs, groups and tokens trained,
+cumulative reward and held-out accuracy, then optimizer steps and tokens trained less
+those masked out of the loss (totals over nodes).
 
     python scripts/sapo_experiment.py --base configs/specialties.yaml --rounds 60 \\
         --seeds 3 --configs none,complete --resume --out runs/sapo
@@ -83,6 +89,7 @@ from swarmnode.lab.localswarm import (
 from swarmnode.lab.plotting import new_figure, save_figure
 from swarmnode.lab.sapo_raw import export_raw, import_raw
 from swarmnode.lab.sapo_stats import mean_band, paired_diff
+from swarmnode.lab.sapo_tables import read_extras, unit_sections
 from swarmnode.learn.metrics import read_metrics
 
 CONFIGS = (
@@ -355,6 +362,8 @@ def read_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
                         "completed_groups": r.get("completed_groups", 0),
                         "tokens_generated": r.get("tokens_generated", 0),
                         "tokens_trained": r.get("tokens_trained", 0),
+                        "tokens_masked": r.get("tokens_masked", 0),  # in tokens_trained too
+                        "replay_groups": r.get("replay_groups", 0),
                     }
                 )
             h = heldout(d, args.per_dataset)
@@ -536,8 +545,9 @@ def summarise(
         walls[r["config"]][key] = max(walls[r["config"]].get(key, 0.0), r["compute_s"])
         for col in ("groups_trained", "external_groups", "completed_groups"):
             totals[r["config"]][col] += r[col]
-        for col in ("tokens_generated", "tokens_trained"):
+        for col in ("tokens_generated", "tokens_trained", "tokens_masked"):
             totals[r["config"]][col] += r[col]
+        totals[r["config"]]["optimizer_steps"] += r["groups_trained"] > 0
     acc = {
         n: {(h["seed"], h["node"]): h["heldout_accuracy"] for h in held if h["config"] == n}
         for n in names
@@ -578,11 +588,15 @@ def summarise(
         figures.append(
             f"{n}_runs={len(seeds)} {n}_groups_trained={t['groups_trained']:.0f} "
             f"{n}_tokens_trained={t['tokens_trained']:.0f} "
-            f"{n}_cumulative={sum(keys.values()) / k:.3f} {n}_heldout={mean_acc:.3f}"
+            f"{n}_cumulative={sum(keys.values()) / k:.3f} {n}_heldout={mean_acc:.3f} "
+            f"{n}_optimizer_steps={t['optimizer_steps']:.0f} "
+            f"{n}_tokens_unmasked={t['tokens_trained'] - t['tokens_masked']:.0f}"
         )
     lines += reward_thirds_table(rows, names)
     lines += specialty_table(held, names)
     lines += drift_table(rows, names, args.completions * args.questions)
+    extras = read_extras(args.out, rows)
+    lines += unit_sections(rows, names, cumulative, acc, extras, LONE)
     plot(rows, names, args.out / "curves.png", args.window)
     text = "\n".join(lines) + "\n"
     (args.out / "results.md").write_text(text)

@@ -181,8 +181,8 @@ def unit_bootstrap(
     na, nb = len(a), len(b)
     diffs, rels = [], []
     for _ in range(n_boot):
-        ma = sum(a[rng.randrange(na)] for _ in range(na)) / na
-        mb = sum(b[rng.randrange(nb)] for _ in range(nb)) / nb
+        ma = sum(rng.choices(a, k=na)) / na
+        mb = sum(rng.choices(b, k=nb)) / nb
         diffs.append(ma - mb)
         if mb:
             rels.append(ma / mb - 1)
@@ -337,7 +337,7 @@ def item_diff(
         d = [a[k] - b[k] for k in keys]
         n = len(d)
         for _ in range(n_boot):
-            diffs.append(sum(d[rng.randrange(n)] for _ in range(n)) / n)
+            diffs.append(sum(rng.choices(d, k=n)) / n)
         diffs.sort()
         return ItemDiff(n, True, _mean(d), percentile(diffs, 0.025), percentile(diffs, 0.975))
     xa, xb = [a[k] for k in sorted(a)], [b[k] for k in sorted(b)]

@@ -1,4 +1,4 @@
-"""The node never dials itself (swarmnode/p2p/discovery.py).
+"""The node never dials itself, nor trips over a peer that left (p2p/discovery.py).
 
 Not by its own peer ID (a bootstrap list shared by every node of a compose file
 names the node too), and not at one of its own addresses under another peer's ID
@@ -17,11 +17,15 @@ import pytest
 import trio
 from libp2p import new_host
 from libp2p.peer.id import ID
-from libp2p.peer.peerinfo import info_from_p2p_addr
+from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.peer.peerstore import PeerStoreError
 from multiaddr import Multiaddr
 
+from swarmnode.p2p.discovery import Discovery
 from swarmnode.p2p.identity import identity_path, load_or_create_identity
+from swarmnode.p2p.nat import NatTraversal
 from swarmnode.p2p.transport import GossipTransport
+from swarmnode.share.inbox import Counters
 from tests.helpers import P2P_TIMEOUT, free_port, swarm_cfg, wait_for
 
 
@@ -94,3 +98,47 @@ def test_a_peer_advertising_the_nodes_own_address_is_not_dialled_there(
     # what dialling itself logged, once per dial: "failed to upgrade security for peer
     # <the other's ID>: handshake failed when upgrading to secure connection"
     assert not [r for r in caplog.records if "upgrade security" in r.getMessage()]
+
+
+class _ExpiringStore:
+    """A peerstore where one peer's addresses expire once another peer is dialled."""
+
+    def __init__(self, peers: list[ID]) -> None:
+        self.peers, self.expired = peers, peers[0]
+
+    def peers_with_addrs(self) -> list[ID]:
+        return list(self.peers)
+
+    def addrs(self, peer: ID) -> list[Multiaddr]:
+        if peer == self.expired:
+            raise PeerStoreError("peer ID is expired")
+        return [Multiaddr("/ip4/127.0.0.1/tcp/9")]
+
+
+class _DialHost:
+    def __init__(self, store: _ExpiringStore) -> None:
+        self.store = store
+        self.dialled: list[ID] = []
+
+    def get_peerstore(self) -> _ExpiringStore:
+        return self.store
+
+    async def connect(self, info: PeerInfo) -> None:
+        self.dialled.append(info.peer_id)
+
+
+def test_a_candidate_whose_addresses_expired_meanwhile_is_skipped() -> None:
+    """Found by the chaos test: py-libp2p's peerstore raised PeerStoreError for a
+    candidate whose addresses expired while the loop dialled the ones before it,
+    and the discovery task, the libp2p thread and the node ended."""
+    peers = [ID(f"peer-{i}".encode()) for i in range(3)]
+    store = _ExpiringStore(peers)
+    host, counters = _DialHost(store), Counters()
+    cfg = swarm_cfg()
+    discovery = Discovery(
+        cfg, counters, NatTraversal(cfg, counters, None), ID(b"me"), lambda p: False
+    )
+    discovery.host = host
+    trio.run(discovery._dial_candidates, set())
+    assert sorted(host.dialled, key=str) == sorted(peers[1:], key=str)
+    assert counters.snapshot()["dial.addrs_expired"] == 1

@@ -46,6 +46,7 @@ def test_what_a_peer_causes_at_will_is_no_warning_or_error(
             f"Error processing identify/push from {peer}",
         ),
         ("libp2p.network.swarm", f"failed to upgrade security for peer {peer}: handshake failed"),
+        ("libp2p.transport.tcp.tcp", "Failed to open TCP stream: all attempts to connect failed"),
         # the node's own: kept
         ("libp2p.kad_dht.kad_dht", "Error in DHT maintenance loop: boom"),
         ("libp2p.stream_muxer.yamux.yamux", "Error in on_close callback: boom"),

@@ -7,7 +7,9 @@ and mDNS fill the peerstore too; then dial what is known until ``target_peers``)
 
 Invariants:
 - Every dial has a timeout (``dial_timeout_s``); failures are counted
-  (``<kind>_failed`` / ``_timeout`` / ``_ok``), never raised.
+  (``<kind>_failed`` / ``_timeout`` / ``_ok``), never raised. A candidate whose
+  addresses expired while earlier candidates were dialled is skipped
+  (``dial.addrs_expired``): that raised once and ended the node (chaos test).
 - An unreachable bootstrap peer is retried forever, at most every
   ``bootstrap_backoff_max_s``, and never stalls anything else.
 - DHT lookups back off while they learn nothing (``lookup_pacer``); dialling the
@@ -43,6 +45,7 @@ from libp2p.kad_dht.common import PROTOCOL_ID as KAD_PROTOCOL
 from libp2p.kad_dht.kad_dht import KadDHT
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo, info_from_p2p_addr
+from libp2p.peer.peerstore import PeerStoreError
 
 from swarmnode.config import SwarmConfig
 from swarmnode.p2p.lookup_pacer import LookupPacer
@@ -176,7 +179,14 @@ class Discovery:
         ]
         random.shuffle(candidates)
         for peer in candidates[: max(0, want)]:
-            if await self._dial_peer(peer, store.addrs(peer)):
+            # Each dial awaits: by a later candidate's turn its addresses may have
+            # expired (a peer that left) or been evicted; py-libp2p raises for those.
+            try:
+                addrs = store.addrs(peer)
+            except PeerStoreError:
+                self.counters.add("dial.addrs_expired")
+                continue
+            if await self._dial_peer(peer, addrs):
                 self._dial_backoff.pop(peer, None)
             else:
                 delay = min(self._dial_backoff.get(peer, (0.0, 1.0))[1] * 2, MAX_DIAL_BACKOFF_S)

@@ -58,6 +58,8 @@ PEER_CAUSED: tuple[tuple[str, str], ...] = (
     ("libp2p.network.swarm", "failed to upgrade security"),
     ("libp2p.network.swarm", "fail to upgrade mux"),
     ("libp2p.network.swarm", "Error closing connection"),
+    # an address a peer advertised that does not answer (it left, or never listened)
+    ("libp2p.transport.tcp.tcp", "Failed to open TCP stream"),
 )
 _LIBP2P_DIR = os.path.dirname(libp2p.__file__)
 

@@ -146,7 +146,7 @@ def eval_(
     ] = True,
     json_: Annotated[bool, typer.Option("--json", help="Print the raw result.")] = False,
 ) -> None:
-    """Score the node's newest checkpoint on held-out items (seeds no node trains on)."""
+    """Score the newest checkpoint on held-out questions (a partition no node trains on)."""
     cfg = _node_config(config, data_dir, set_)
     _logging("warning")
     logging.getLogger("swarmnode.learn.progress").setLevel(logging.INFO)  # lines where no TTY

@@ -240,6 +240,15 @@ def micro_batches(
     return out
 
 
+def trains(group: TokenizedGroup, j: int, cfg: TrainConfig) -> bool:
+    """Whether completion ``j`` of ``group`` gets a gradient: always with a non-negative
+    advantage; with a negative one, only the node's own current completions (and
+    peers' too under ``external_negatives``), never a replayed group's."""
+    if group.advantages[j] >= 0:
+        return True
+    return not group.replay and (cfg.external_negatives or not group.external)
+
+
 def grpo_step(
     model: torch.nn.Module,
     optimizer: torch.optim.Optimizer,
@@ -270,10 +279,7 @@ def grpo_step(
     device = _dev(model)
 
     def keep(g: int, j: int) -> bool:
-        grp = useful[g]
-        if grp.advantages[j] >= 0:
-            return True
-        return not grp.replay and (cfg.external_negatives or not grp.external)
+        return trains(useful[g], j, cfg)
 
     for g, grp in enumerate(useful):
         stats.tokens_masked += sum(

@@ -11,24 +11,28 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import trio
+import trio.testing
 from libp2p import new_host
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
+from libp2p.peer.peerstore import PeerStoreError
 from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 
+from swarmnode.p2p.contain import TaskGuard
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, HardenedPubsub, topic_for
 from swarmnode.p2p.transport import GossipTransport, TransportError
 from swarmnode.share.inbox import Counters
+from swarmnode.share.wire import decode_batch
 from tests.helpers import batch, swarm_cfg, wait_for
-from tests.test_p2p_swarm import Collector
 
 LOOPBACK = Multiaddr("/ip4/127.0.0.1/tcp/0")
 TOPIC = topic_for("default")
@@ -190,10 +194,17 @@ def test_a_peer_task_that_raises_is_contained_and_a_daemon_is_not(tmp_path: Path
                 "the handler's ValueError counted",
             )
             assert node.scores.snapshot()[other.peer_id]["verdicts"] == {"protocol": 1}
-            col = Collector(other)
+            heard: list[tuple[str, int]] = []
+
+            def other_heard(round_: int) -> bool:
+                heard.extend(
+                    (r.peer_id, decode_batch(r.payload).round) for r in other.inbox.drain()
+                )
+                return (node.peer_id, round_) in heard
+
             await wait_for(lambda: node.stats()["mesh_size"] >= 1, "the mesh again")
             await node.publish(batch(3))
-            await wait_for(lambda: col.has(node.peer_id, 3), "the node still publishes")
+            await wait_for(lambda: other_heard(3), "the node still publishes")
             assert node.running
             _in_trio(node, lambda: pubsub.manager.run_daemon_task(failing, peer))
             await wait_for(lambda: not node.running, "a daemon's failure stops the node")
@@ -217,3 +228,26 @@ async def _poke(host: Any, peer: ID) -> None:
                 return
             except Exception:  # not connected again yet
                 await trio.sleep(0.1)
+
+
+def test_one_of_the_hosts_loops_that_raises_is_restarted_and_counted() -> None:
+    """A loop of the host's own (discovery, enforcement...) that raises, as discovery
+    once did on a peer's expired addresses, restarts after a backoff; counted."""
+    counters = Counters()
+    guard = TaskGuard(counters)
+    runs: list[float] = []
+
+    async def flaky() -> None:
+        runs.append(trio.current_time())
+        if len(runs) < 4:
+            raise PeerStoreError("peer ID is expired")
+
+    async def main() -> None:
+        with trio.fail_after(1000):
+            await guard.supervised("discovery", flaky)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert len(runs) == 4  # three failures, then it returned
+    assert [round(b - a) for a, b in itertools.pairwise(runs)] == [1, 2, 4]
+    snap = counters.snapshot()
+    assert snap["errors.loop.discovery"] == 3 and snap["errors.task.PeerStoreError"] == 3

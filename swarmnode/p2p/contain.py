@@ -23,6 +23,9 @@ What is contained, and what is not:
   made a handler raise.
 - A connection shutdown py-libp2p itself treats as expected (EOF, reset, closed)
   is not an error: logged at debug, not counted.
+- The host's own loops (discovery, graylist enforcement, liveness, NAT, publishing,
+  the snapshot) run under ``TaskGuard.supervised``: an exception is recorded
+  (``errors.loop.<name>``) and the loop restarts after a backoff.
 - The node's own machinery stays fail-stop: a service's ``run``, its daemon tasks
   (heartbeat, peer queues), the listener and the lifecycle of the services. So
   does every ``BaseException`` (``trio.Cancelled``, ``KeyboardInterrupt``).
@@ -49,6 +52,7 @@ log = logging.getLogger("swarmnode.p2p")
 
 _LOGGED_KEEP = 256
 DROP_TIMEOUT_S = 5.0  # disconnecting the peer of a failed task
+LOOP_BACKOFF_MAX_S = 60.0  # the longest wait before one of the host's loops restarts
 
 
 def _leaf(err: BaseException) -> BaseException:
@@ -129,6 +133,27 @@ class TaskGuard:
                 await self.task_failed(where, err, peer_of(async_fn, args))
 
         return run
+
+    async def supervised(self, name: str, loop: Callable[..., Awaitable[Any]], *args: Any) -> None:
+        """Run one of the host's own loops (discovery, graylist enforcement, liveness,
+        NAT, publishing): an ``Exception`` from it is recorded (``errors.loop.<name>``
+        too) and the loop restarts after a backoff (1 s, doubling to
+        ``LOOP_BACKOFF_MAX_S``; back to 1 s after a long healthy run). These loops read
+        what peers put in the peerstore and the connection table, and a peer that
+        left at the wrong moment once ended the node from one of them."""
+        delay = 1.0
+        while True:
+            started = trio.current_time()
+            try:
+                await loop(*args)
+                return
+            except Exception as err:
+                self.counters.add(f"errors.loop.{name}")
+                self._record(f"the {name} loop", err, None)
+            if trio.current_time() - started > LOOP_BACKOFF_MAX_S:
+                delay = 1.0
+            await trio.sleep(delay)
+            delay = min(2 * delay, LOOP_BACKOFF_MAX_S)
 
     def stream_handler(
         self, handler: Callable[[Any], Awaitable[None]]

@@ -225,15 +225,22 @@ class P2PHost:
                 pubsub.set_topic_validator(self.topic, self._validate, is_async_validator=False)
                 pubsub.set_deliver(self.topic, self._deliver)
                 await pubsub.subscribe(self.topic)
+                live = Liveness(host, self.counters, self.cfg.dial_timeout_s)
+                loops: list[tuple[str, Any, tuple[Any, ...]]] = [
+                    ("liveness", live.run, ()),
+                    ("enforce", self._enforce_loop, (pubsub,)),
+                    ("publish", self._publish_loop, (pubsub,)),
+                    ("discovery", self.discovery.run, ()),
+                    ("snapshot", self._snapshot_loop, (pubsub,)),
+                    ("nat", self.nat.run, ()),
+                    *[
+                        ("bootstrap", self.discovery.keep_bootstrap, (t,))
+                        for t in self.cfg.bootstrap
+                    ],
+                ]
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(Liveness(host, self.counters, self.cfg.dial_timeout_s).run)
-                    nursery.start_soon(self._enforce_loop, pubsub)
-                    nursery.start_soon(self._publish_loop, pubsub)
-                    nursery.start_soon(self.discovery.run)
-                    nursery.start_soon(self._snapshot_loop, pubsub)
-                    nursery.start_soon(self.nat.run)
-                    for text in self.cfg.bootstrap:
-                        nursery.start_soon(self.discovery.keep_bootstrap, text)
+                    for name, loop, args in loops:
+                        nursery.start_soon(guard.supervised, name, loop, *args)
                     self._refresh_snapshot(pubsub)
                     task_status.started(HostInfo(self.peer_id.to_base58(), self.listen_addrs()))
                     await self.stop_event.wait()

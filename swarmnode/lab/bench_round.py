@@ -161,44 +161,12 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-def main() -> int:
-    args = parse_args()
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")  # everything is local: never touch the hub
-    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    try:
-        import trl
-        from trl import GRPOConfig, GRPOTrainer
-    except ImportError as err:
-        print(
-            f"error: TRL is needed for this benchmark ({err}); "
-            "install the dev extra: pip install -e '.[dev]'",
-            file=sys.stderr,
-        )
-        return 2
-
-    import torch
-    from datasets import Dataset
-    from peft import LoraConfig
-    from transformers import TrainerCallback
-
+def bench_config(args: argparse.Namespace) -> Any:
+    """swarmnode's config for the round both systems do (fp32 on CPU, bf16 on cuda)."""
     from swarmnode.config import parse_config
-    from swarmnode.learn.model import (
-        load_policy,
-        load_tokenizer,
-        quiet_transformers,
-        resolve_source,
-    )
-    from swarmnode.learn.rewards import accuracy_reward
-    from swarmnode.learn.trainer import Trainer
 
-    torch.set_num_threads(args.threads)
-    quiet_transformers()
-    steps = args.warmup + args.rounds
-    cuda = args.device == "cuda"
-    dtype = "bfloat16" if cuda else "float32"
-    cfg = parse_config(
+    dtype = "bfloat16" if args.device == "cuda" else "float32"
+    return parse_config(
         {
             "model": {"device": args.device, "dtype": dtype, "threads": args.threads},
             "rollout": {
@@ -213,30 +181,39 @@ def main() -> int:
         },
         "bench",
     )
-    lora = cfg.model.lora
-    assert lora.enabled and lora.rank == 16 and lora.alpha == 32 and lora.dropout == 0.0
-    source = resolve_source(cfg.model)  # the dequantized embedded model, a plain HF folder
-    ours = Trainer(cfg, load_policy(cfg.model, seed=args.seed))
-    tasks = ours.tasks
 
-    # Step k of TRL and round k of swarmnode see the same items: node rounds count
-    # from 1, and TRL's sampler (shuffle off) walks the dataset in order.
+
+def same_items(
+    ours: Any, questions: int, steps: int
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], list[list[tuple[int, ...]]]]:
+    """The items of every step, as swarmnode samples them: (entries, TRL's dataset rows,
+    per step the sorted prompt token ids swarmnode would use).
+
+    Step k of TRL and round k of swarmnode see the same items: node rounds count from
+    1, and TRL's sampler (shuffle off) walks the dataset in order."""
+    tasks = ours.tasks
     entries: list[dict[str, Any]] = []
     rows: list[dict[str, Any]] = []
     for k in range(steps):
-        for ref in tasks.sample(k + 1, args.questions):
+        for ref in tasks.sample(k + 1, questions):
             entry = tasks.regenerate(ref)
             rows.append({"prompt": tasks.messages(entry["question"]), "item": len(entries)})
             entries.append(entry)
     expected_prompts = [
         sorted(
             {
-                tuple(ours.prompt_ids(entries[k * args.questions + i]["question"]))
-                for i in range(args.questions)
+                tuple(ours.prompt_ids(entries[k * questions + i]["question"]))
+                for i in range(questions)
             }
         )
         for k in range(steps)
     ]
+    return entries, rows, expected_prompts
+
+
+def accuracy_of(entries: list[dict[str, Any]]) -> Any:
+    """TRL's reward function: swarmnode's accuracy reward of each completion's item."""
+    from swarmnode.learn.rewards import accuracy_reward
 
     def accuracy(completions: list[Any], item: list[int], **_: Any) -> list[float]:
         return [
@@ -244,13 +221,21 @@ def main() -> int:
             for c, i in zip(completions, item, strict=True)
         ]
 
+    return accuracy
+
+
+def trl_config(args: argparse.Namespace, cfg: Any) -> Any:
+    """GRPOConfig at TRL's fastest correct settings for this round (module docstring)."""
+    from trl import GRPOConfig
+
+    cuda = args.device == "cuda"
     t = cfg.train
-    trl_args = GRPOConfig(
+    return GRPOConfig(
         output_dir=tempfile.mkdtemp(prefix="bench-round-"),
         use_cpu=not cuda,
         bf16=cuda,
         fp16=False,
-        model_init_kwargs={"dtype": dtype},
+        model_init_kwargs={"dtype": "bfloat16" if cuda else "float32"},
         gradient_checkpointing=False,  # TRL turns it on by default: recomputation costs time
         # One generation batch of 16 = one optimizer step (steps_per_generation defaults
         # to gradient_accumulation_steps, so nothing is generated twice or reused).
@@ -271,7 +256,7 @@ def main() -> int:
         epsilon_high=0.28,
         loss_type="dapo",  # token-level mean, as swarmnode's loss
         scale_rewards="group",
-        max_steps=steps,
+        max_steps=args.warmup + args.rounds,
         shuffle_dataset=False,
         seed=args.seed,
         logging_strategy="no",
@@ -281,6 +266,20 @@ def main() -> int:
         log_completions=False,
         dataloader_num_workers=0,
     )
+
+
+def trl_trainer(
+    args: argparse.Namespace, cfg: Any, source: Any, rows: list[dict[str, Any]], reward: Any
+) -> Any:
+    """TRL's GRPOTrainer on the same model folder, LoRA, items and reward as ours."""
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOTrainer
+
+    from swarmnode.learn.model import load_tokenizer
+
+    lora = cfg.model.lora
+    trl_args = trl_config(args, cfg)
     peft_config = LoraConfig(
         r=lora.rank,
         lora_alpha=lora.alpha,
@@ -288,8 +287,8 @@ def main() -> int:
         target_modules=lora.target_modules,
         task_type="CAUSAL_LM",
     )
-    reward_funcs: list[Any] = [accuracy]  # TRL types a reward as returning list[float | None]
-    theirs = GRPOTrainer(
+    reward_funcs: list[Any] = [reward]  # TRL types a reward as returning list[float | None]
+    return GRPOTrainer(
         model=str(source),
         reward_funcs=reward_funcs,
         args=trl_args,
@@ -297,35 +296,62 @@ def main() -> int:
         processing_class=load_tokenizer(source),
         peft_config=peft_config,
     )
-    torch.set_num_threads(args.threads)  # in case accelerate changed it
 
-    results = Results()
-    gen_calls: list[list[list[int]]] = []  # per TRL step: prompt ids of each generate call
 
-    def timed_generate_and_score(inner: Any) -> Any:
+class Bench:
+    """Both systems and their timings: swarmnode's ``Trainer`` (``ours``), TRL's
+    ``GRPOTrainer`` (``theirs``, instrumented), the prompts TRL must see each step and
+    what it generated (``gen_calls``: per TRL step, the prompt ids of each generate call)."""
+
+    def __init__(
+        self, args: argparse.Namespace, ours: Any, expected_prompts: list[list[tuple[int, ...]]]
+    ) -> None:
+        self.args, self.ours, self.expected_prompts = args, ours, expected_prompts
+        self.cuda = args.device == "cuda"
+        self.theirs: Any = None
+        self.results = Results()
+        self.gen_calls: list[list[list[int]]] = []
+
+    def current_step(self) -> int:
+        return int(self.theirs.state.global_step)
+
+    def sync(self) -> None:
+        if self.cuda:
+            import torch
+
+            torch.cuda.synchronize()
+
+    def instrument(self, theirs: Any) -> None:
+        """Wrap TRL's loss (tokens and groups trained), its generation + scoring (timed)
+        and its generate calls (tokens, prompts)."""
+        self.theirs = theirs
+        theirs.compute_loss = self.counted_loss(theirs.compute_loss)
+        theirs._generate_and_score_completions = self.timed_generate_and_score(
+            theirs._generate_and_score_completions
+        )
+        theirs._generate_single_turn = self.counted_generate(theirs._generate_single_turn)
+
+    def timed_generate_and_score(self, inner: Any) -> Any:
         def wrapper(*a: Any, **kw: Any) -> Any:
             t0 = time.perf_counter()
             out = inner(*a, **kw)
-            results.trl[current_step()].gen += time.perf_counter() - t0
+            self.results.trl[self.current_step()].gen += time.perf_counter() - t0
             return out
 
         return wrapper
 
-    def counted_generate(inner: Any) -> Any:
+    def counted_generate(self, inner: Any) -> Any:
         def wrapper(prompt_ids: list[list[int]], *a: Any, **kw: Any) -> Any:
             completion_ids, logprobs = inner(prompt_ids, *a, **kw)
-            gen_calls.append([list(p) for p in prompt_ids])
-            results.trl[current_step()].tokens += sum(len(c) for c in completion_ids)
+            self.gen_calls.append([list(p) for p in prompt_ids])
+            self.results.trl[self.current_step()].tokens += sum(len(c) for c in completion_ids)
             return completion_ids, logprobs
 
         return wrapper
 
-    def current_step() -> int:
-        return theirs.state.global_step
-
-    def counted_loss(inner: Any) -> Any:
+    def counted_loss(self, inner: Any) -> Any:
         def wrapper(model: Any, inputs: dict[str, Any], *a: Any, **kw: Any) -> Any:
-            timing = results.trl[current_step()]
+            timing = self.results.trl[self.current_step()]
             timing.tokens_trained += int(inputs["completion_mask"].sum())
             rows = int(inputs["completion_mask"].shape[0])
             timing.groups_trained += rows  # completions for now; divided by G at step end
@@ -333,29 +359,19 @@ def main() -> int:
 
         return wrapper
 
-    theirs.compute_loss = counted_loss(theirs.compute_loss)  # type: ignore[method-assign]
-
-    theirs._generate_and_score_completions = timed_generate_and_score(  # type: ignore[method-assign]
-        theirs._generate_and_score_completions
-    )
-    theirs._generate_single_turn = counted_generate(theirs._generate_single_turn)  # type: ignore[method-assign]
-
-    def sync() -> None:
-        if cuda:
-            torch.cuda.synchronize()
-
-    def run_ours(k: int) -> None:
+    def run_ours(self, k: int) -> None:
+        """swarmnode's round k, as ``node.run_round`` does it, timed."""
         t0 = time.perf_counter()
-        groups, gen = ours.rollout(k + 1)
+        groups, gen = self.ours.rollout(k + 1)
         t1 = time.perf_counter()
         natural_skips = sum(1 for g in groups if not g.has_signal)
-        if not args.allow_skip:
+        if not self.args.allow_skip:
             groups = [with_signal(g) for g in groups]
-        step = ours.update(groups)
-        sync()
+        step = self.ours.update(groups)
+        self.sync()
         t2 = time.perf_counter()
         note = f"no-signal groups {natural_skips}, trained {step.groups_trained}"
-        results.ours[k] = Timing(
+        self.results.ours[k] = Timing(
             total=t2 - t0,
             gen=t1 - t0,
             tokens=gen.tokens,
@@ -364,6 +380,27 @@ def main() -> int:
             note=note,
         )
 
+    def end_trl_step(self, k: int, elapsed: float, calls_before: int) -> Timing:
+        """Close TRL step k's timing: its total, its groups, whether it generated once
+        on the expected prompts (a warning if not)."""
+        timing = self.results.trl[k]
+        timing.total = elapsed
+        timing.groups_trained //= COMPLETIONS  # every completion of a group, or none
+        calls = self.gen_calls[calls_before:]
+        prompts = sorted({tuple(p) for c in calls for p in c})
+        same = prompts == self.expected_prompts[k]
+        timing.note = f"generate calls {len(calls)}, prompts {'same' if same else 'DIFFER'}"
+        if len(calls) != 1 or not same:
+            print(f"warning: TRL step {k}: {timing.note}", file=sys.stderr)
+        return timing
+
+
+def interleave(bench: Bench) -> Any:
+    """A TRL callback that times each optimizer step and runs swarmnode's round k
+    before it (odd k) or after it (even k)."""
+    import torch
+    from transformers import TrainerCallback
+
     class Interleave(TrainerCallback):
         """Times each TRL optimizer step; runs swarmnode's round k before or after it."""
 
@@ -371,58 +408,63 @@ def main() -> int:
             self.t0 = 0.0
             self.calls_before = 0
 
-        def on_step_begin(self, args_: Any, state: Any, control: Any, **_: Any) -> None:  # type: ignore[override]
+        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
             k = state.global_step
             if k % 2 == 1:
-                run_ours(k)
-            if torch.get_num_threads() != args.threads:
-                torch.set_num_threads(args.threads)
-            results.trl[k] = Timing()
-            self.calls_before = len(gen_calls)
+                bench.run_ours(k)
+            if torch.get_num_threads() != bench.args.threads:
+                torch.set_num_threads(bench.args.threads)
+            bench.results.trl[k] = Timing()
+            self.calls_before = len(bench.gen_calls)
             self.t0 = time.perf_counter()
 
-        def on_step_end(self, args_: Any, state: Any, control: Any, **_: Any) -> None:  # type: ignore[override]
-            sync()
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+            bench.sync()
             elapsed = time.perf_counter() - self.t0
             k = state.global_step - 1  # already advanced past the step that just ended
-            timing = results.trl[k]
-            timing.total = elapsed
-            timing.groups_trained //= COMPLETIONS  # every completion of a group, or none
-            calls = gen_calls[self.calls_before :]
-            prompts = sorted({tuple(p) for c in calls for p in c})
-            same = prompts == expected_prompts[k]
-            timing.note = f"generate calls {len(calls)}, prompts {'same' if same else 'DIFFER'}"
-            if len(calls) != 1 or not same:
-                print(f"warning: TRL step {k}: {timing.note}", file=sys.stderr)
+            timing = bench.end_trl_step(k, elapsed, self.calls_before)
             if k % 2 == 0:
-                run_ours(k)
-            ours_t = results.ours[k]
-            tag = "warm-up" if k < args.warmup else "timed  "
-            rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-            print(
-                f"round {k} {tag} ours {ours_t.total:6.2f}s (gen {ours_t.gen:5.2f} + train "
-                f"{ours_t.train:5.2f}, {ours_t.tokens} tok, {ours_t.tokens_trained} trained, "
-                f"{ours_t.note}) | TRL {timing.total:6.2f}s "
-                f"(gen {timing.gen:5.2f} + train {timing.train:5.2f}, {timing.tokens} tok, "
-                f"{timing.tokens_trained} trained, {timing.groups_trained} groups, "
-                f"{timing.note}) peak RSS {rss_mb:.0f} MiB",
-                flush=True,
-            )
+                bench.run_ours(k)
+            print_round(k, bench.results.ours[k], timing, bench.args.warmup)
 
-    theirs.add_callback(Interleave())
+    return Interleave()
+
+
+def print_round(k: int, ours_t: Timing, timing: Timing, warmup: int) -> None:
+    tag = "warm-up" if k < warmup else "timed  "
+    rss_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
+        f"round {k} {tag} ours {ours_t.total:6.2f}s (gen {ours_t.gen:5.2f} + train "
+        f"{ours_t.train:5.2f}, {ours_t.tokens} tok, {ours_t.tokens_trained} trained, "
+        f"{ours_t.note}) | TRL {timing.total:6.2f}s "
+        f"(gen {timing.gen:5.2f} + train {timing.train:5.2f}, {timing.tokens} tok, "
+        f"{timing.tokens_trained} trained, {timing.groups_trained} groups, "
+        f"{timing.note}) peak RSS {rss_mb:.0f} MiB",
+        flush=True,
+    )
+
+
+def header(args: argparse.Namespace, ours: Any) -> str:
+    import torch
+    import trl
+
+    dtype = "bfloat16" if args.device == "cuda" else "float32"
+    return (
         f"bench_round: torch {torch.__version__}, trl {trl.__version__}, threads {args.threads}, "
         f"device {args.device}, ours samples in {str(ours.sample_dtype).removeprefix('torch.')}, "
         f"TRL in {dtype}, "
         f"TRL micro-batch {args.trl_micro_batch}, "
         f"{args.questions}x{COMPLETIONS} completions <= {args.max_new_tokens} tokens, "
         f"warm-up {args.warmup}, timed {args.rounds}, "
-        f"skip {'allowed' if args.allow_skip else 'off'}",
-        flush=True,
+        f"skip {'allowed' if args.allow_skip else 'off'}"
     )
-    theirs.train()
 
-    timed = range(args.warmup, steps)
+
+def last_line(args: argparse.Namespace, results: Results) -> str:
+    """The medians over the timed rounds as ``name=value`` pairs, and the peaks."""
+    import torch
+
+    timed = range(args.warmup, args.warmup + args.rounds)
 
     def med(system: dict[int, Timing], attr: str) -> float:
         return statistics.median(getattr(system[k], attr) for k in timed)
@@ -443,13 +485,59 @@ def main() -> int:
         "ours_tokens_trained": med(results.ours, "tokens_trained"),
         "trl_tokens_trained": med(results.trl, "tokens_trained"),
     }
-    print(
+    cuda = args.device == "cuda"
+    return (
         " ".join(f"{k}={v:.3f}" for k, v in figures.items())
         + f" rounds={args.rounds} threads={args.threads}"
         + f" peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}"
         + (f" peak_cuda_mib={torch.cuda.max_memory_allocated() // 2**20}" if cuda else "")
         + f" device={args.device}"
     )
+
+
+def offline() -> None:
+    """Everything is local: never touch the hub."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+def main() -> int:
+    args = parse_args()
+    offline()
+    try:
+        import trl  # noqa: F401
+        from trl import GRPOConfig, GRPOTrainer  # noqa: F401
+    except ImportError as err:
+        print(
+            f"error: TRL is needed for this benchmark ({err}); "
+            "install the dev extra: pip install -e '.[dev]'",
+            file=sys.stderr,
+        )
+        return 2
+
+    import torch
+
+    from swarmnode.learn.model import load_policy, quiet_transformers, resolve_source
+    from swarmnode.learn.trainer import Trainer
+
+    torch.set_num_threads(args.threads)
+    quiet_transformers()
+    cfg = bench_config(args)
+    lora = cfg.model.lora
+    assert lora.enabled and lora.rank == 16 and lora.alpha == 32 and lora.dropout == 0.0
+    source = resolve_source(cfg.model)  # the dequantized embedded model, a plain HF folder
+    ours = Trainer(cfg, load_policy(cfg.model, seed=args.seed))
+    entries, rows, expected_prompts = same_items(ours, args.questions, args.warmup + args.rounds)
+    theirs = trl_trainer(args, cfg, source, rows, accuracy_of(entries))
+    torch.set_num_threads(args.threads)  # in case accelerate changed it
+    bench = Bench(args, ours, expected_prompts)
+    bench.instrument(theirs)
+    theirs.add_callback(interleave(bench))
+    print(header(args, ours), flush=True)
+    theirs.train()
+    print(last_line(args, bench.results))
     return 0
 
 

@@ -45,6 +45,7 @@ from libp2p.tools.anyio_service import TrioManager
 from libp2p.tools.anyio_service.utils import get_task_name
 from libp2p.utils.connection_shutdown import is_expected_connection_shutdown
 
+from swarmnode.p2p import inbound
 from swarmnode.share.inbox import Counters
 from swarmnode.share.peerscore import PeerScores
 
@@ -245,12 +246,15 @@ async def contained_service(service: Any, guard: TaskGuard) -> AsyncIterator[Con
 @asynccontextmanager
 async def run_host(host: Any, listen: list[Any], guard: TaskGuard) -> AsyncIterator[None]:
     """py-libp2p's ``BasicHost.run`` (the swarm service, listening, mDNS), with the
-    swarm under a ``ContainedManager`` and every inbound stream handler contained.
+    swarm under a ``ContainedManager``, every inbound stream handler contained, and
+    inbound connections that give their listener slot back when they close
+    (``inbound``).
     UPnP and bootstrap discovery are never configured here (discovery does it)."""
     if getattr(host, "upnp", None) is not None or getattr(host, "bootstrap", None) is not None:
         raise ValueError("run_host: py-libp2p UPnP and bootstrap are not used by swarmnode")
     network = host.get_network()
     network.set_stream_handler(guard.stream_handler(network.common_stream_handler))
+    inbound.install(network)  # an inbound connection's slot lasts as long as it does
     guard.attach(host)
     async with contained_service(network, guard):
         await network.listen(*listen)

@@ -12,6 +12,7 @@
 #   SWARMNODE_WHEELHOUSE   the wheelhouse folder (default /var/cache/swarmnode/wheelhouse)
 #   TORCH_SPEC             default torch==2.13.0 (the CPU wheel this machine's pip finds)
 #   PYTHON                 the host python filling the wheelhouse (3.11, as the base's)
+#   SWARMNODE_WHEELHOUSE_PORT  its server's port on 127.0.0.1 (default 38517, if free)
 # Prints "built TAG in N s" and, on its last line, TAG.
 set -eu
 
@@ -59,7 +60,19 @@ print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' 
     mv "$wheelhouse.new" "$wheelhouse"
 fi
 
-port=$("$python" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# A fixed port when it is free: the port is part of PACKAGE_SOURCE, a build argument, and
+# so of every RUN step's cache key (another port would rebuild every layer).
+port=$("$python" - "${SWARMNODE_WHEELHOUSE_PORT:-38517}" <<'EOF'
+import socket, sys
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server: past TIME_WAIT
+try:
+    s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError:
+    s.bind(("127.0.0.1", 0))
+print(s.getsockname()[1])
+EOF
+)
 log=$(mktemp /tmp/swarmnode-wheelhouse-http.XXXXXX)
 "$python" -m http.server "$port" --bind 127.0.0.1 --directory "$wheelhouse" >"$log" 2>&1 &
 server=$!

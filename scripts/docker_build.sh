@@ -92,7 +92,7 @@ EOF
 
 say "building $tag from $base (offline: pip reads only the wheelhouse)"
 start=$(date +%s)
-docker build --network host \
+docker build --network host --force-rm \
     --build-arg BASE="$base" \
     --build-arg TORCH_SPEC="$torch_spec" \
     --build-arg TORCH_INDEX= \

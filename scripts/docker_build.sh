@@ -12,7 +12,7 @@
 #   SWARMNODE_WHEELHOUSE   the wheelhouse folder (default /var/cache/swarmnode/wheelhouse)
 #   TORCH_SPEC             default torch==2.13.0 (the CPU wheel this machine's pip finds)
 #   PYTHON                 the host python filling the wheelhouse (3.11, as the base's)
-#   SWARMNODE_WHEELHOUSE_PORT  its server's port on 127.0.0.1 (default 38517, if free)
+#   SWARMNODE_WHEELHOUSE_PORT  its server's port on 127.0.0.1 (default 28517, if free)
 # Prints "built TAG in N s" and, on its last line, TAG.
 set -eu
 
@@ -61,8 +61,9 @@ print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' 
 fi
 
 # A fixed port when it is free: the port is part of PACKAGE_SOURCE, a build argument, and
-# so of every RUN step's cache key (another port would rebuild every layer).
-port=$("$python" - "${SWARMNODE_WHEELHOUSE_PORT:-38517}" <<'EOF'
+# so of every RUN step's cache key (another port would rebuild every layer). Below
+# Linux's ephemeral range (32768-60999), so no outgoing connection holds it.
+port=$("$python" - "${SWARMNODE_WHEELHOUSE_PORT:-28517}" <<'EOF'
 import socket, sys
 s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as http.server: past TIME_WAIT
@@ -73,6 +74,8 @@ except OSError:
 print(s.getsockname()[1])
 EOF
 )
+[ "$port" = "${SWARMNODE_WHEELHOUSE_PORT:-28517}" ] \
+    || say "port ${SWARMNODE_WHEELHOUSE_PORT:-28517} is taken: serving on $port (no layer cache)"
 log=$(mktemp /tmp/swarmnode-wheelhouse-http.XXXXXX)
 "$python" -m http.server "$port" --bind 127.0.0.1 --directory "$wheelhouse" >"$log" 2>&1 &
 server=$!

@@ -120,9 +120,14 @@ class ReadBudget:
         self.tenure = Tenure(newcomer_s, clock=trio.current_time)
         self.net = None if max_net_share is None else NetShare(max_net_share, trio.current_time)
 
-    async def pace(self, peer: str, frames: int, nbytes: int, msgs: int = 0) -> None:
+    async def pace(
+        self, peer: str, frames: int, nbytes: int, msgs: int = 0, until: trio.Event | None = None
+    ) -> None:
         """Charge ``frames`` frames (carrying ``msgs`` messages) and ``nbytes`` bytes to
-        ``peer``'s budget (or the newcomers' pool); sleep off any debt."""
+        ``peer``'s budget (or the newcomers' pool); sleep off any debt, or until
+        ``until`` is set (the connection closed: nothing left to pace, and a reader
+        asleep on a dead connection kept it and its tasks alive for as long as the
+        pool's debt lasted, which a Sybil flood made minutes)."""
         peer = self.tenure.account(peer)
         wait = max(
             self.frames.reserve(peer, frames) if frames else 0.0,
@@ -136,4 +141,8 @@ class ReadBudget:
         if wait > 0:
             self.counters.add("throttled.reads")
             self.counters.add("throttled.ms", int(wait * 1000))
-            await trio.sleep(wait)
+            if until is None:
+                await trio.sleep(wait)
+                return
+            with trio.move_on_after(wait):
+                await until.wait()

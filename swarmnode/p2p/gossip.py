@@ -226,9 +226,12 @@ class HardenedPubsub(Pubsub):
         peer_id = stream.muxed_conn.peer_id
         key = peer_id.to_base58()
         reader = FrameReader(stream, self.max_inbound_rpc_size)
+        # a paced read ends when the connection does (ReadBudget.pace)
+        closed = getattr(stream.muxed_conn, "event_closed", None)
+        closed = closed if isinstance(closed, trio.Event) else None
 
         async def before_read(nbytes: int) -> None:
-            await self._reads.pace(key, 0, nbytes)
+            await self._reads.pace(key, 0, nbytes, until=closed)
 
         try:
             while self.manager.is_running:
@@ -236,7 +239,7 @@ class HardenedPubsub(Pubsub):
                 self._counters.add("frames_in")
                 rpc = rpc_pb2.RPC()
                 rpc.ParseFromString(frame)
-                await self._reads.pace(key, 1, 0, len(rpc.publish))
+                await self._reads.pace(key, 1, 0, len(rpc.publish), until=closed)
                 if rpc.HasField("senderRecord") and not self._record_ok(rpc, peer_id):
                     self._counters.add("rejected.peer_record")
                     continue

@@ -87,9 +87,11 @@ def test_a_peer_advertising_the_nodes_own_address_is_not_dialled_there(
                 lambda: node.stats()["counters"].get("dial.own_addr_skipped", 0) >= 1,
                 "a dial of the node's own address refused",
             )
+            # the peer's own connection closes when it leaves (seen late on a loaded
+            # machine); what must never happen is a dial that reached anything
+            await wait_for(lambda: node.stats()["connected_peers"] == [], "the peer gone")
             counters = node.stats()["counters"]
             assert counters.get("peer_dial_ok", 0) == 0  # nothing reached, not even itself
-            assert node.stats()["connected_peers"] == []
         finally:
             peer.join(P2P_TIMEOUT)
             await node.stop()

@@ -152,7 +152,7 @@ def _in_trio(node: GossipTransport, fn: Callable[[], None]) -> None:
 def test_a_peer_task_that_raises_is_contained_and_a_daemon_is_not(tmp_path: Path) -> None:
     """A task py-libp2p runs for a peer raises (as the teardown's KeyError did): the
     node keeps running and publishing, the failure is counted by class, the peer is
-    dropped; an inbound stream whose handler raises is reset and its peer charged.
+    dropped; an inbound stream whose handler raises is reset.
     The boundary: a daemon task (the node's own machinery) that raises still stops
     the node, visibly."""
 
@@ -193,7 +193,10 @@ def test_a_peer_task_that_raises_is_contained_and_a_daemon_is_not(tmp_path: Path
                 lambda: node.stats()["counters"].get("errors.task.ValueError", 0) == 1,
                 "the handler's ValueError counted",
             )
-            assert node.scores.snapshot()[other.peer_id]["verdicts"] == {"protocol": 1}
+            # not charged: a handler can raise on the node's own state as well
+            assert "protocol" not in node.scores.snapshot().get(other.peer_id, {}).get(
+                "verdicts", {}
+            )
             heard: list[tuple[str, int]] = []
 
             def other_heard(round_: int) -> bool:

@@ -18,9 +18,10 @@ What is contained, and what is not:
   once per exception class with the task and the peer (later ones at debug), and
   the peer it ran for, when one is known, is disconnected (its state is rebuilt on
   a fresh connection); the service keeps running.
-- An exception from an inbound stream handler is counted the same way, the stream
-  is reset and its peer charged a protocol fault (``PeerScores``): the peer's bytes
-  made a handler raise.
+- An exception from an inbound stream handler is counted the same way and the
+  stream is reset. Its peer is not charged: whether the peer's bytes or the node's
+  own state made the handler raise cannot be told here (pubsub, which can tell,
+  charges protocol faults itself).
 - A connection shutdown py-libp2p itself treats as expected (EOF, reset, closed)
   is not an error: logged at debug, not counted.
 - The host's own loops (discovery, graylist enforcement, liveness, NAT, publishing,
@@ -45,9 +46,8 @@ from libp2p.tools.anyio_service import TrioManager
 from libp2p.tools.anyio_service.utils import get_task_name
 from libp2p.utils.connection_shutdown import is_expected_connection_shutdown
 
-from swarmnode.p2p import inbound
+from swarmnode.p2p import inbound, peerbook
 from swarmnode.share.inbox import Counters
-from swarmnode.share.peerscore import PeerScores
 
 log = logging.getLogger("swarmnode.p2p")
 
@@ -79,9 +79,8 @@ def peer_of(async_fn: Any, args: tuple[Any, ...]) -> ID | None:
 class TaskGuard:
     """Counts, logs and answers for contained failures of one host's tasks."""
 
-    def __init__(self, counters: Counters, scores: PeerScores | None = None) -> None:
+    def __init__(self, counters: Counters) -> None:
         self.counters = counters
-        self.scores = scores
         self.host: Any = None  # set by ``attach``: whom to disconnect a failed peer from
         self._logged: set[str] = set()
 
@@ -160,8 +159,10 @@ class TaskGuard:
         self, handler: Callable[[Any], Awaitable[None]]
     ) -> Callable[[Any], Awaitable[None]]:
         """The swarm's handler of every inbound stream (protocol negotiation, then the
-        protocol's handler), contained: an exception resets the stream and charges
-        its peer."""
+        protocol's handler), contained: an exception resets the stream. The peer is
+        not charged: a handler can raise on the node's own state too (the chaos test
+        saw identify raise for every peer once the node's own peerstore entry was
+        gone), and charging then graylisted honest peers."""
 
         async def handle(stream: Any) -> None:
             try:
@@ -173,8 +174,6 @@ class TaskGuard:
                     return
                 protocol = _protocol_of(stream)
                 self._record(f"the {protocol} stream handler", err, peer)
-                if peer is not None and self.scores is not None:
-                    self.scores.report(peer.to_base58(), "protocol")
                 with trio.move_on_after(DROP_TIMEOUT_S):
                     try:
                         await stream.reset()
@@ -249,12 +248,14 @@ async def run_host(host: Any, listen: list[Any], guard: TaskGuard) -> AsyncItera
     swarm under a ``ContainedManager``, every inbound stream handler contained, and
     inbound connections that give their listener slot back when they close
     (``inbound``).
-    UPnP and bootstrap discovery are never configured here (discovery does it)."""
+    UPnP and bootstrap discovery are never configured here (discovery does it). The
+    peerstore never evicts the node itself (``peerbook``)."""
     if getattr(host, "upnp", None) is not None or getattr(host, "bootstrap", None) is not None:
         raise ValueError("run_host: py-libp2p UPnP and bootstrap are not used by swarmnode")
     network = host.get_network()
     network.set_stream_handler(guard.stream_handler(network.common_stream_handler))
     inbound.install(network)  # an inbound connection's slot lasts as long as it does
+    peerbook.protect(host, guard.counters)  # the peerstore never evicts the node itself
     guard.attach(host)
     async with contained_service(network, guard):
         await network.listen(*listen)

@@ -124,7 +124,7 @@ class P2PHost:
         self.outbox = outbox
         self.counters = counters
         self.scores = scores or PeerScores(cfg.graylist_score, cfg.graylist_s)
-        self.guard = TaskGuard(counters, self.scores)  # contains py-libp2p's peer tasks
+        self.guard = TaskGuard(counters)  # contains py-libp2p's peer tasks
         self._origin_msgs = PeerBuckets(cfg.origin_msgs_per_s, cfg.origin_msgs_burst)
         self._origin_groups = PeerBuckets(
             cfg.origin_groups_per_s, max(MAX_GROUPS, cfg.origin_groups_per_s)

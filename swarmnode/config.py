@@ -351,7 +351,17 @@ class SwarmConfig(_Section):
         ge=0,
         description="A peer's reading is charged to one budget shared by all newcomers "
         "until the first valid message it handed us is this old: fresh identities (a "
-        "Sybil flood) together get one peer's frames and bytes a second. 0 = each its own.",
+        "Sybil flood) together get newcomer_pool_peers peers' frames and bytes a second. "
+        "0 = each its own.",
+    )
+    newcomer_pool_peers: int = Field(
+        4,
+        ge=1,
+        le=64,
+        description="The newcomers' budget grows with the newcomers reading from it, up "
+        "to this many peers' budgets: a young swarm's honest mesh (every peer a newcomer, "
+        "each forwarding every message) is read without a backlog; Sybils together get "
+        "at most this many.",
     )
     max_net_share: float | None = Field(
         0.1,

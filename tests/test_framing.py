@@ -235,3 +235,88 @@ def test_newcomers_share_one_budget_until_their_tenure() -> None:
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     off = ReadBudget(frames_per_s=10.0, bytes_per_s=1e6, counters=counters)
     assert off.tenure.account("anyone") == "anyone"  # newcomer_s = 0: every peer its own budget
+
+
+def test_the_newcomers_pool_grows_with_its_readers_up_to_pool_peers() -> None:
+    """A young swarm's mesh: 8 newcomers each reading 8 frames a second for 30 s
+    (64 a second) into budgets of 10 frames a second. One pool budget falls ever
+    further behind (a backlog that grows for the whole run); a pool of up to 8
+    budgets keeps every reader on time. Twenty fresh identities still share at most
+    ``pool_peers`` budgets: 20 x 40 frames at 8 x 10 a second take ~10 s; each
+    newcomer keeps to its own budget as well."""
+
+    def young_mesh(pool_peers: int) -> float:
+        budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=pool_peers)
+        late: list[float] = []
+
+        async def reader(peer: str) -> None:
+            start = trio.current_time()
+            for i in range(240):
+                await trio.sleep_until(max(trio.current_time(), start + i / 8))
+                await budget.pace(peer, 1, 0)
+                late.append(trio.current_time() - (start + i / 8))
+
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                for k in range(8):
+                    nursery.start_soon(reader, f"n{k}")
+
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        return max(late)
+
+    assert young_mesh(1) > 10.0  # the old rule: 64 frames/s into 10 (a growing backlog)
+    assert young_mesh(8) < 0.2
+
+    budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=8)
+    done: list[float] = []
+
+    async def sybil(peer: str) -> None:
+        for _ in range(40):
+            await budget.pace(peer, 1, 0)
+        done.append(trio.current_time())
+
+    async def flood() -> None:
+        async with trio.open_nursery() as nursery:
+            for k in range(20):
+                nursery.start_soon(sybil, f"s{k}")
+
+    trio.run(flood, clock=trio.testing.MockClock(autojump_threshold=0))
+    # 800 frames at 8 x 10 a second, less the pool's first burst (20, at its first
+    # size): 9.75 s; their own budgets alone would take 2 s
+    assert max(done) == pytest.approx(9.75, abs=0.5)
+    with pytest.raises(ValueError):
+        ReadBudget(10.0, 1e9, Counters(), pool_peers=0)
+
+
+def test_a_peer_that_only_forwards_copies_earns_its_tenure(tmp_path: Path) -> None:
+    """A full mesh of three: only C publishes, so B only ever hands A copies of what
+    A already had from C. A copy of a message that passed every check is a valid act:
+    B's tenure at A starts (before, a peer that always came second stayed a newcomer
+    and read from the newcomers' pool for as long as it stayed)."""
+
+    async def main() -> None:
+        a = GossipTransport(swarm_cfg(), tmp_path / "a")
+        await a.start()
+        addr = a.info.listen_addrs[0]  # type: ignore[union-attr]
+        b, c = (GossipTransport(swarm_cfg(bootstrap=[addr]), tmp_path / n) for n in "bc")
+        try:
+            for t in (b, c):
+                await t.start()
+            await wait_for(
+                lambda: all(t.stats()["mesh_size"] >= 2 for t in (a, b, c)), "a full mesh"
+            )
+            reads = a._host.gossipsub.pubsub._reads  # type: ignore[union-attr]
+            col = Collector(a)
+            for r in range(1, 6):
+                await c.publish(batch(r))
+            await wait_for(lambda: col.has(c.peer_id, 5), "C's batches at A")
+            await wait_for(
+                lambda: a.stats()["counters"].get("dropped.seen", 0) > 0, "copies reaching A"
+            )
+            assert c.peer_id in reads.tenure  # it handed A the first copies
+            await wait_for(lambda: b.peer_id in reads.tenure, "B's tenure at A")
+        finally:
+            for t in (c, b, a):
+                await t.stop()
+
+    run(main())

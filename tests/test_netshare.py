@@ -4,9 +4,11 @@ they are let."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
-from swarmnode.p2p.netshare import FLOOR_UNITS_S, NetShare, water_level
+from swarmnode.p2p.netshare import FLOOR_UNITS_S, NetShare, no_tenure, water_level
 
 COST_S = 0.002  # CPU seconds the simulated thread spends per unit read
 STEP_S = 0.01
@@ -16,9 +18,9 @@ class Sim:
     """Accounts that want to read ``demand`` units a second; a read waits out the
     debt ``charge`` returns before the account's next one."""
 
-    def __init__(self, cap: float) -> None:
+    def __init__(self, cap: float, weight: Callable[[str], float] = no_tenure) -> None:
         self.t = self.cpu = 0.0
-        self.net = NetShare(cap, clock=lambda: self.t, cpu=lambda: self.cpu)
+        self.net = NetShare(cap, clock=lambda: self.t, cpu=lambda: self.cpu, weight=weight)
         self.demand: dict[str, float] = {}
         self.due: dict[str, float] = {}
         self.free_at: dict[str, float] = {}
@@ -51,6 +53,31 @@ def test_water_level_is_max_min_fair() -> None:
     assert water_level([], 5.0) == float("inf")
     level = water_level([0.5, 3.0, 40.0, 40.0], 20.0)
     assert sum(min(d, level) for d in [0.5, 3.0, 40.0, 40.0]) == pytest.approx(20.0)
+
+
+def test_the_peer_known_longest_is_held_back_last() -> None:
+    """The tiny-model A/B: the heaviest reader was the honest peer, known for half an
+    hour, and five Sybils a minute old; 60 units/s each is 1.2x a core against a cap
+    of 0.1, so 50 units/s fit. Fair by tenure (weights 30 and 1), the honest peer
+    reads 30x what each Sybil does (30 of the 35 shares); split evenly, it got a
+    sixth like each of them."""
+    minutes = {"honest": 30.0} | {f"sybil{k}": 1.0 for k in range(5)}
+
+    def reads(weight: Callable[[str], float]) -> dict[str, float]:
+        sim = Sim(cap=0.1, weight=weight)
+        for a in minutes:
+            sim.want(a, 60.0)
+        sim.run(30)  # converge
+        sim.reset()
+        sim.run(60)
+        return sim.read
+
+    fair, even = reads(minutes.__getitem__), reads(no_tenure)
+    sybil = max(fair[f"sybil{k}"] for k in range(5))
+    assert fair["honest"] / sybil == pytest.approx(30.0, rel=0.25)
+    assert fair["honest"] > 2.5 * even["honest"]
+    assert even["honest"] / max(even[f"sybil{k}"] for k in range(5)) == pytest.approx(1, rel=0.2)
+    assert water_level([10.0, 10.0, 1.0], 7.0, [1.0, 4.0, 1.0]) == pytest.approx(1.2)
 
 
 def test_under_the_cap_nobody_waits() -> None:

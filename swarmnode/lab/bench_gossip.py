@@ -58,6 +58,7 @@ PRESETS = {  # groups, completions per group, characters per completion
     "large": (8, 8, 2000),
 }
 DRAIN_S = 5.0
+JOIN_GRACE_S = 2.0  # a late node is expected to hear batches sent this long after it is ready
 IDLE_S = 8.0  # after the drain: each node's CPU with no messages
 IO = ("swarmnode", "stock")  # yamux receive-credit rule: swarmnode's or py-libp2p's
 
@@ -125,6 +126,7 @@ async def worker(args: argparse.Namespace) -> None:
     deadline = time.monotonic() + 60
     while t.stats()["mesh_size"] < 1 and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
+    ready_at = time.time()
     print(f"READY {t.peer_id}", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
     start_at = float(line.split()[1])
@@ -134,6 +136,7 @@ async def worker(args: argparse.Namespace) -> None:
     phase = random.Random(args.worker).random()
     arrivals: dict[str, list[tuple[int, float]]] = {}
     sizes: list[int] = []
+    sent_at: list[float] = []
     sent = 0
     end_publish = start_at + args.seconds
     next_pub = start_at + phase
@@ -142,6 +145,7 @@ async def worker(args: argparse.Namespace) -> None:
         if now >= next_pub and next_pub < end_publish:
             payload = make_batch(args.worker, sent, groups, completions, chars)
             sizes.append(len(payload))
+            sent_at.append(time.time())
             await t.publish(payload)
             sent += 1
             next_pub += args.period
@@ -167,6 +171,9 @@ async def worker(args: argparse.Namespace) -> None:
                 "window_updates": len(updates) - updates0,
                 "peer_id": st["peer_id"],
                 "sent": sent,
+                "sent_at": sent_at,
+                "ready_at": ready_at,
+                "joiner": args.joiner,
                 "sizes": sizes,
                 "arrivals": arrivals,
                 "peers": st["num_peers"],
@@ -187,8 +194,9 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
     boot = GossipTransport(swarm_cfg([], args.degree), tmp / "boot")
     await boot.start()
     addr = boot.stats()["listen_addrs"][0]
-    procs = [
-        subprocess.Popen(
+
+    def spawn(i: int, seconds: int, joiner: bool = False) -> subprocess.Popen[str]:
+        return subprocess.Popen(
             [
                 sys.executable,
                 "-m",
@@ -200,7 +208,7 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
                 "--data-dir",
                 str(tmp / f"n{i}"),
                 "--seconds",
-                str(args.seconds),
+                str(seconds),
                 "--preset",
                 args.preset,
                 "--period",
@@ -209,28 +217,37 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
                 str(args.degree),
                 "--io",
                 io,
+                *(["--joiner"] if joiner else []),
             ],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
-        for i in range(args.nodes)
-    ]
-    loop = asyncio.get_running_loop()
-    try:
-        ids = []
-        for p in procs:
+
+    async def go(ps: list[subprocess.Popen[str]], delay: float) -> float:
+        for p in ps:
             assert p.stdout is not None
             line = await asyncio.wait_for(loop.run_in_executor(None, p.stdout.readline), 120)
             if not line.startswith("READY"):
                 raise RuntimeError(f"worker failed to start: {line!r}")
-            ids.append(line.split()[1])
-        start_at = time.time() + 3.0  # let nodes meet each other through the DHT
-        for p in procs:
+        at = time.time() + delay
+        for p in ps:
             assert p.stdin is not None
-            p.stdin.write(f"GO {start_at}\n")
+            p.stdin.write(f"GO {at}\n")
             p.stdin.flush()
+        return at
+
+    loop = asyncio.get_running_loop()
+    first = args.nodes - 1 if args.join_at else args.nodes
+    procs = [spawn(i, args.seconds) for i in range(first)]
+    try:
+        start_at = await go(procs, 3.0)  # let nodes meet each other through the DHT
+        if args.join_at:  # one more node joins the running swarm, publishing to its end
+            await asyncio.sleep(max(0.0, start_at + args.join_at - time.time()))
+            late = spawn(first, max(1, round(start_at + args.seconds - time.time())), True)
+            procs.append(late)
+            await go([late], 0.0)
         results = []
         timeout = args.seconds + DRAIN_S + IDLE_S + 60
         for p in procs:
@@ -262,19 +279,29 @@ def report(
     lats: list[float] = []
     delivered = expected = 0
     for r in results:
-        for sender, n in sent.items():
+        for sender, s_r in ((s["peer_id"], s) for s in results):
             if sender == r["peer_id"]:
                 continue
-            expected += n
-            got = r["arrivals"].get(sender, [])
+            due = expected_rounds(s_r, r)
+            expected += len(due)
+            got = [(rd, lat) for rd, lat in r["arrivals"].get(sender, []) if rd in due]
             delivered += len({rd for rd, _ in got})
             lats.extend(lat for _, lat in got)
     lats.sort()
+    if any(r.get("joiner") for r in results):
+        print(joiner_line(results))
     sizes = [s for r in results for s in r["sizes"]]
 
     def pct(q: float) -> float:
         return 1000 * lats[min(len(lats) - 1, int(q * len(lats)))] if lats else float("nan")
 
+    if args.buckets:
+        print(bucket_table(results, sent, args.buckets))
+    throttled = {
+        k: sum(r["counters"].get(k, 0) for r in results)
+        for k in ("throttled.reads", "throttled.ms", "throttled.net_share")
+    }
+    print("workers, summed: " + " ".join(f"{k}={v}" for k, v in throttled.items()))
     for r in results:
         print(
             f"node {r['peer_id'][-6:]}: sent={r['sent']} peers={r['peers']} "
@@ -306,6 +333,75 @@ def report(
         flush=True,
     )
     return fig
+
+
+def expected_rounds(sender: Mapping[str, Any], receiver: Mapping[str, Any]) -> set[int]:
+    """The sender's rounds the receiver should hear: all of them, or for a node that
+    joined late, those published from JOIN_GRACE_S after it was in the mesh."""
+    since = receiver["ready_at"] + JOIN_GRACE_S if receiver.get("joiner") else 0.0
+    return {i for i, at in enumerate(sender["sent_at"]) if at >= since}
+
+
+def joiner_line(results: list[dict[str, Any]]) -> str:
+    """What the node that joined late heard, and how its own batches were heard."""
+    j = next(r for r in results if r.get("joiner"))
+
+    def view(pairs: list[tuple[Mapping[str, Any], Mapping[str, Any]]]) -> str:
+        lats, got, want = [], 0, 0
+        for s, r in pairs:
+            due = expected_rounds(s, r)
+            want += len(due)
+            arr = [(rd, lat) for rd, lat in r["arrivals"].get(s["peer_id"], []) if rd in due]
+            got += len({rd for rd, _ in arr})
+            lats += [lat for _, lat in arr]
+        lats.sort()
+        if not lats:
+            return f"delivered {got}/{want}"
+        p = [1000 * lats[min(len(lats) - 1, int(q * len(lats)))] for q in (0.5, 0.99)]
+        top = 1000 * lats[-1]
+        return f"p50 {p[0]:.0f} ms, p99 {p[1]:.0f} ms, max {top:.0f} ms, delivered {got}/{want}"
+
+    others = [r for r in results if r is not j]
+    return (
+        f"joiner ({j['sent']} batches): heard {view([(s, j) for s in others])} | "
+        f"its batches at the others: {view([(j, r) for r in others])}"
+    )
+
+
+def bucket_table(results: list[dict[str, Any]], sent: Mapping[str, int], size: int) -> str:
+    """Latency and delivery by ``size``-round bucket of the senders' rounds: a backlog
+    shows as latency that grows from bucket to bucket."""
+    lats: dict[int, list[float]] = {}
+    got: dict[int, int] = {}
+    want: dict[int, int] = {}
+    by_id = {r["peer_id"]: r for r in results}
+    for r in results:
+        for sender in sent:
+            if sender == r["peer_id"]:
+                continue
+            due = expected_rounds(by_id[sender], r)
+            for rd in due:
+                want[rd // size] = want.get(rd // size, 0) + 1
+            seen = set()
+            for rd, lat in r["arrivals"].get(sender, []):
+                if rd not in due:
+                    continue
+                lats.setdefault(rd // size, []).append(lat)
+                if rd not in seen:
+                    seen.add(rd)
+                    got[rd // size] = got.get(rd // size, 0) + 1
+    rows = ["| rounds | p50 ms | p99 ms | max ms | delivered |", "|---|---|---|---|---|"]
+    for b in sorted(want):
+        xs = sorted(lats.get(b, []))
+
+        def q(f: float, xs: list[float] = xs) -> str:
+            return f"{1000 * xs[min(len(xs) - 1, int(f * len(xs)))]:.0f}" if xs else "-"
+
+        rows.append(
+            f"| {b * size}-{b * size + size - 1} | {q(0.5)} | {q(0.99)} | "
+            f"{q(1.0)} | {got.get(b, 0)}/{want[b]} |"
+        )
+    return "\n".join(rows)
 
 
 async def compare(args: argparse.Namespace) -> None:
@@ -343,6 +439,17 @@ def main() -> None:
     ap.add_argument("--io", choices=IO, default="swarmnode", help="py-libp2p I/O overrides")
     ap.add_argument("--compare", help="comma-separated --io settings to run side by side")
     ap.add_argument("--repeat", type=int, default=1, help="runs per --compare setting")
+    ap.add_argument(
+        "--buckets", type=int, default=0, metavar="N", help="latency by N-round buckets"
+    )
+    ap.add_argument(
+        "--join-at",
+        type=float,
+        default=0.0,
+        metavar="S",
+        help="the last node joins the running swarm S seconds into the run",
+    )
+    ap.add_argument("--joiner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--boot", help=argparse.SUPPRESS)
     ap.add_argument("--data-dir", help=argparse.SUPPRESS)

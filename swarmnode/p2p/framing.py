@@ -24,21 +24,28 @@ Invariants:
   flooder its own send queue, not this node's CPU. Other peers' streams are
   untouched (each has its own budget). Pauses are counted (``throttled.reads``,
   ``throttled.ms``).
-- Newcomers share one budget: a peer is read from its own budget only once the
-  first valid message it handed us (``note_good``: signature checked) is
-  ``newcomer_s`` old; before that its reading is charged to one pool shared by all
-  newcomers. Identities cost nothing to make, so per-identity budgets multiply
-  with a Sybil flood; the pool caps fresh identities together at one peer's budget
-  (each reservation queues behind the pool's debt, so newcomers share it about
-  evenly). ``ratelimit.Tenure`` keeps the times, bounded.
+- Newcomers share one budget too: until the first valid message a peer handed us
+  (signature checked, or a copy of a message that was) is ``newcomer_s`` old, its
+  reading is charged to its own budget and to one pool shared by all newcomers.
+  Identities cost nothing to make, so per-identity budgets multiply
+  with a Sybil flood; the pool caps fresh identities together at ``pool_peers``
+  peers' budgets (each reservation queues behind the pool's debt, so newcomers
+  share it about evenly). The pool grows with the newcomers that read from it:
+  ``k`` distinct ones in the last ``POOL_WINDOW_S`` get ``min(k, pool_peers)``
+  budgets. At one budget, a swarm's young honest mesh backed up: every peer of a
+  new swarm is a newcomer, and each forwards every message (8 nodes at one batch a
+  second read ~64 frames a second into a pool of 50; latency grew for the whole
+  run). ``ratelimit.Tenure`` keeps the times, bounded.
 - With ``max_net_share``, every account (a tenured peer, or the newcomers' pool) is
   also held to its fair share of the CPU the node may spend outside training: past
-  the cap the heaviest wait, light ones not (``netshare``), counted as
+  the cap the heaviest wait, light ones not, and a peer known longer has the larger
+  share (``netshare``: weighted by minutes known), counted as
   ``throttled.net_share``. A frame counts 1 plus its messages.
 """
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from typing import Any
 
 import trio
@@ -47,9 +54,10 @@ from libp2p.network.stream.exceptions import StreamEOF
 
 from swarmnode.p2p.netshare import NetShare
 from swarmnode.share.inbox import Counters
-from swarmnode.share.ratelimit import PeerBuckets, Tenure
+from swarmnode.share.ratelimit import NEWCOMERS, PeerBuckets, Tenure, TokenBucket
 
 CHUNK = 64 * 1024
+POOL_WINDOW_S = 5.0  # a newcomer that read within this long counts toward the pool's size
 
 
 def _varint(buf: bytearray) -> tuple[int, int] | None:
@@ -112,13 +120,57 @@ class ReadBudget:
         counters: Counters,
         newcomer_s: float = 0.0,
         max_net_share: float | None = None,
+        pool_peers: int = 1,
     ) -> None:
+        if pool_peers < 1:
+            raise ValueError("pool_peers must be >= 1")
         # trio's clock: the reader sleeps on it (and tests can mock it)
         self.frames = PeerBuckets(frames_per_s, 2 * frames_per_s, clock=trio.current_time)
         self.bytes = PeerBuckets(bytes_per_s, 2 * bytes_per_s, clock=trio.current_time)
         self.counters = counters
         self.tenure = Tenure(newcomer_s, clock=trio.current_time)
-        self.net = None if max_net_share is None else NetShare(max_net_share, trio.current_time)
+        self.net = (
+            None
+            if max_net_share is None
+            else NetShare(max_net_share, trio.current_time, weight=self.minutes_known)
+        )
+        self.rates = (frames_per_s, bytes_per_s)
+        self.pool_peers = pool_peers
+        self._pool: tuple[TokenBucket, TokenBucket] | None = None
+        # newcomer -> when it last read (most recent last), bounded by the scan below
+        self._readers: OrderedDict[str, float] = OrderedDict()
+
+    def minutes_known(self, account: str) -> float:
+        """``NetShare``'s weight: minutes since the account's first valid act (the
+        newcomers' pool, never noted: 0)."""
+        return self.tenure.age(account) / 60.0
+
+    def pool_size(self, peer: str, now: float) -> int:
+        """Note that newcomer ``peer`` reads now; the pool's size in budgets: the
+        distinct newcomers read within ``POOL_WINDOW_S``, 1 to ``pool_peers``."""
+        self._readers[peer] = now
+        self._readers.move_to_end(peer)
+        while len(self._readers) > 4 * self.pool_peers:  # only the recent ones count
+            self._readers.popitem(last=False)
+        k = 0
+        for when in reversed(self._readers.values()):
+            if now - when > POOL_WINDOW_S or k == self.pool_peers:
+                break
+            k += 1
+        return max(1, k)
+
+    def _reserve_pool(self, peer: str, frames: int, nbytes: int) -> float:
+        now = trio.current_time()
+        size = self.pool_size(peer, now)
+        if self._pool is None:
+            fr, br = self.rates
+            self._pool = (TokenBucket(fr, 2 * fr, now), TokenBucket(br, 2 * br, now))
+        wait = 0.0
+        for bucket, rate, n in zip(self._pool, self.rates, (frames, nbytes), strict=True):
+            bucket.rate, bucket.burst = size * rate, 2 * size * rate
+            if n:
+                wait = max(wait, bucket.reserve(n, now))
+        return wait
 
     async def pace(
         self, peer: str, frames: int, nbytes: int, msgs: int = 0, until: trio.Event | None = None
@@ -128,11 +180,14 @@ class ReadBudget:
         ``until`` is set (the connection closed: nothing left to pace, and a reader
         asleep on a dead connection kept it and its tasks alive for as long as the
         pool's debt lasted, which a Sybil flood made minutes)."""
-        peer = self.tenure.account(peer)
-        wait = max(
+        account = self.tenure.account(peer)
+        wait = max(  # every peer keeps to its own budget...
             self.frames.reserve(peer, frames) if frames else 0.0,
             self.bytes.reserve(peer, nbytes) if nbytes else 0.0,
         )
+        if account == NEWCOMERS:  # ...and newcomers together to the pool's
+            wait = max(wait, self._reserve_pool(peer, frames, nbytes))
+        peer = account
         if self.net is not None and frames + msgs:
             net_wait = self.net.charge(peer, frames + msgs)
             if net_wait > 0:

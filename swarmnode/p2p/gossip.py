@@ -147,6 +147,7 @@ class HardenedPubsub(Pubsub):
         forwarder_bytes_per_s: float = 1024 * 1024,
         newcomer_s: float = 0.0,
         max_net_share: float | None = None,
+        newcomer_pool_peers: int = 1,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -159,7 +160,12 @@ class HardenedPubsub(Pubsub):
         self.scores = scores or PeerScores()
         self._forwarders = PeerBuckets(forwarder_msgs_per_s, 2 * forwarder_msgs_per_s)
         self._reads = ReadBudget(
-            forwarder_frames_per_s, forwarder_bytes_per_s, counters, newcomer_s, max_net_share
+            forwarder_frames_per_s,
+            forwarder_bytes_per_s,
+            counters,
+            newcomer_s,
+            max_net_share,
+            pool_peers=newcomer_pool_peers,
         )
         # peer -> the signed peer record it last sent that verified (py-libp2p senders
         # attach it to every RPC; verifying it each time was a third of a flood's cost)
@@ -393,6 +399,10 @@ class HardenedPubsub(Pubsub):
             return False
         if self._is_msg_seen(msg):  # a copy via another mesh peer (or a replay)
             self._counters.add("dropped.seen")
+            # a copy of a message that passed every check (py-libp2p marks a message
+            # seen only then) is a valid act: in a mesh, a peer that always came second
+            # never started its tenure and read from the newcomers' pool for ever
+            self._reads.tenure.note(fwd)
             return False
         if not self._forwarders.take(fwd):
             self._counters.add("dropped.forwarder_rate")

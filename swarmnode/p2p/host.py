@@ -198,6 +198,7 @@ class P2PHost:
             forwarder_msgs_per_s=cfg.forwarder_msgs_per_s,
             forwarder_frames_per_s=cfg.forwarder_frames_per_s,
             newcomer_s=cfg.newcomer_s,
+            newcomer_pool_peers=cfg.newcomer_pool_peers,
             forwarder_bytes_per_s=cfg.forwarder_bytes_per_s,
             # it protects training: a bootstrap node routes with all the CPU it has
             max_net_share=cfg.max_net_share if cfg.role == "trainer" else None,

@@ -18,11 +18,16 @@ Invariants:
   EWMA over ``TAU_S`` too. The cost of reading is taken as proportional to units.
 - While nobody is limited and the share is at or under ``cap``, nobody waits here.
   Over the cap, the total rate that would fit (units a second x cap / share) is split
-  by max-min fairness (water-filling): an account using less than the level keeps
-  what it uses (a peer at the swarm's normal rate never waits), the heavier ones are
-  held to the level by a token bucket (burst: 2 s) and wait out their debt before
-  their next read, so flow control stops their writes. Under ``RELAX_BELOW`` x cap
-  the level rises by ``RELAX`` a tick until it no longer binds; in between it holds.
+  by weighted max-min fairness (water-filling): an account using less than its
+  level keeps what it uses (a peer at the swarm's normal rate never waits), the
+  heavier ones are held to their level by a token bucket (burst: 2 s) and wait out
+  their debt before their next read, so flow control stops their writes.
+- Fair by tenure: an account's level is the water level times its ``weight`` (the
+  minutes the node has known it, 1 to ``MAX_WEIGHT``; the newcomers' pool 1), so
+  the peers known longest are held back last. In a tiny-model run the heaviest
+  reader was the honest peer, and an equal split held it back in most rounds.
+- Under ``RELAX_BELOW`` x cap the level rises by ``RELAX`` a tick until it no
+  longer binds; in between it holds.
 - The level never falls below ``FLOOR_UNITS_S``: an overloaded node still reads
   every peer a little. It is not set while all accounts together read under
   ``MIN_UNITS_S``: then the CPU is the node's own (start-up, DHT), and holding peers
@@ -50,6 +55,12 @@ FLOOR_UNITS_S = 1.0  # the least an account is read, units a second
 # the CPU over the cap (the node's own start-up, its DHT...): nobody is held back.
 MIN_UNITS_S = 20.0
 TRAINER_THREAD = "swarmnode-trainer"  # the name prefix of the node's training thread
+MAX_WEIGHT = 60.0  # an account known for an hour or more weighs 60 newcomers
+
+
+def no_tenure(account: str) -> float:
+    """Every account weighs the same (plain max-min fairness)."""
+    return 1.0
 
 
 def non_trainer_cpu() -> float:
@@ -65,20 +76,28 @@ def non_trainer_cpu() -> float:
     return total
 
 
-def water_level(demands: Iterable[float], total: float) -> float:
-    """The level L with sum(min(d, L)) = total (max-min fairness); inf if all fit.
+def water_level(
+    demands: Iterable[float], total: float, weights: Iterable[float] | None = None
+) -> float:
+    """The level L with sum(min(d, L * w)) = total (weighted max-min fairness; every
+    weight 1 by default); inf if all fit.
 
     >>> water_level([1.0, 5.0, 5.0], 5.0)
     2.0
     >>> water_level([1.0, 2.0], 10.0)
     inf
+    >>> water_level([10.0, 10.0], 4.0, [1.0, 3.0])  # 1 and 3
+    1.0
     """
-    ds = sorted(demands)
-    left = total
-    for i, d in enumerate(ds):
-        if d * (len(ds) - i) > left:
-            return left / (len(ds) - i)
+    ds = list(demands)
+    ws = [1.0] * len(ds) if weights is None else list(weights)
+    pairs = sorted(zip(ds, ws, strict=True), key=lambda p: p[0] / p[1])
+    left, wsum = total, sum(ws)
+    for d, w in pairs:
+        if d / w * wsum > left:
+            return left / wsum
         left -= d
+        wsum -= w
     return math.inf
 
 
@@ -91,10 +110,12 @@ class NetShare:
         clock: Clock = time.monotonic,
         cpu: Callable[[], float] = non_trainer_cpu,
         max_accounts: int = 4096,
+        weight: Callable[[str], float] = no_tenure,
     ) -> None:
         self.cap, self.clock, self.cpu, self.max_accounts = cap, clock, cpu, max_accounts
+        self.weight = weight
         self.share = 0.0
-        self.level: float | None = None  # units a second per account; None = no limit
+        self.level: float | None = None  # units a second per unit of weight; None = no limit
         self._t, self._cpu = clock(), cpu()
         self._used: OrderedDict[str, float] = OrderedDict()  # units since the last tick
         self._rate: dict[str, float] = {}  # account -> EWMA units a second
@@ -115,8 +136,12 @@ class NetShare:
             return 0.0
         bucket = self._buckets.get(account)
         if bucket is None:
-            bucket = self._buckets[account] = TokenBucket(self.level, 2 * self.level, now)
+            rate = self.level * self._weight(account)
+            bucket = self._buckets[account] = TokenBucket(rate, 2 * rate, now)
         return bucket.reserve(units, now)
+
+    def _weight(self, account: str) -> float:
+        return min(MAX_WEIGHT, max(1.0, self.weight(account)))
 
     def _tick(self, now: float) -> None:
         dt = now - self._t
@@ -130,12 +155,17 @@ class NetShare:
             self._used[account] = 0.0
         total = sum(self._rate.values())
         if self.share > self.cap and total >= MIN_UNITS_S:
-            fit = water_level(self._rate.values(), total * self.cap / self.share)
+            accounts = list(self._rate)
+            fit = water_level(
+                (self._rate[a] for a in accounts),
+                total * self.cap / self.share,
+                [self._weight(a) for a in accounts],
+            )
             level = fit if self.level is None else min(self.level, fit)
             self._set_level(max(FLOOR_UNITS_S, level))
         elif self.level is not None and self.share < RELAX_BELOW * self.cap:
             level = self.level * RELAX
-            heaviest = max(self._rate.values(), default=0.0)
+            heaviest = max((r / self._weight(a) for a, r in self._rate.items()), default=0.0)
             self._set_level(None if level > 2 * heaviest else level)
 
     def _set_level(self, level: float | None) -> None:
@@ -145,8 +175,9 @@ class NetShare:
         if level is None:
             self._buckets.clear()
             return
-        for bucket in self._buckets.values():
-            bucket.rate, bucket.burst = level, 2 * level
+        for account, bucket in self._buckets.items():
+            rate = level * self._weight(account)
+            bucket.rate, bucket.burst = rate, 2 * rate
             bucket.tokens = min(bucket.tokens, bucket.burst)
 
     def report(self) -> dict[str, Any]:

@@ -8,7 +8,7 @@ hundred Sybils) from buying more of this node's time than configured.
   caller.
 - ``Tenure``: when each peer first did something valid; a peer younger than
   ``newcomer_s`` is charged to one shared ``NEWCOMERS`` key, so fresh identities
-  (a Sybil flood) together get one peer's budget.
+  (a Sybil flood) together get a bounded budget (``framing.ReadBudget``).
 - ``TimeShare``: the fraction of wall time a worker spent busy over a sliding
   window, and how long to wait so that it stays under a configured share.
 - ``RepeatFilter``: a logging filter that lets the same message template through a
@@ -134,6 +134,10 @@ class Tenure:
         self._first[peer] = when
         while len(self._first) > self.max_peers:
             self._first.popitem(last=False)
+
+    def __contains__(self, peer: object) -> bool:
+        """Whether ``peer``'s tenure has started (no clock: any thread may ask)."""
+        return peer in self._first
 
     def age(self, peer: str) -> float:
         """Seconds since ``peer``'s first valid act (0 for a peer never noted)."""

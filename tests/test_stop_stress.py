@@ -18,7 +18,7 @@ resumes from it. The node runs with ``PYTHONFAULTHANDLER=1`` and core dumps allo
 (in the run's folder), so an abort leaves every thread's Python stack in its log and
 a core for gdb.
 
-In the slow pass: ``STOP_CYCLES`` cycles (default 10), ``STOP_PEERS`` peers (default
+In the slow pass: ``STOP_CYCLES`` cycles (default 5), ``STOP_PEERS`` peers (default
 1). The long form, by hand (prints every cycle and the tally; exit 1 on any failure):
 
     python -m tests.test_stop_stress --cycles 100 --peers 1
@@ -48,7 +48,7 @@ import yaml
 from swarmnode.learn.checkpoint import Checkpointer, CheckpointError
 from tests.helpers import ENV, REPO, Proc, node_config
 
-STOP_CYCLES = int(os.environ.get("STOP_CYCLES", "10"))
+STOP_CYCLES = int(os.environ.get("STOP_CYCLES", "5"))
 STOP_PEERS = int(os.environ.get("STOP_PEERS", "1"))
 START_WAIT_S = 300.0  # start-up to two new rounds (imports under nice on a busy machine)
 STOP_WAIT_S = 90.0  # SIGTERM to exit

@@ -18,9 +18,13 @@ class Sim:
     """Accounts that want to read ``demand`` units a second; a read waits out the
     debt ``charge`` returns before the account's next one."""
 
-    def __init__(self, cap: float, weight: Callable[[str], float] = no_tenure) -> None:
+    def __init__(
+        self, cap: float, weight: Callable[[str], float] = no_tenure, startup_s: float = 0.0
+    ) -> None:
         self.t = self.cpu = 0.0
-        self.net = NetShare(cap, clock=lambda: self.t, cpu=lambda: self.cpu, weight=weight)
+        self.net = NetShare(
+            cap, clock=lambda: self.t, cpu=lambda: self.cpu, weight=weight, startup_s=startup_s
+        )
         self.demand: dict[str, float] = {}
         self.due: dict[str, float] = {}
         self.free_at: dict[str, float] = {}
@@ -78,6 +82,27 @@ def test_the_peer_known_longest_is_held_back_last() -> None:
     assert fair["honest"] > 2.5 * even["honest"]
     assert even["honest"] / max(even[f"sybil{k}"] for k in range(5)) == pytest.approx(1, rel=0.2)
     assert water_level([10.0, 10.0, 1.0], 7.0, [1.0, 4.0, 1.0]) == pytest.approx(1.2)
+
+
+def test_the_nodes_own_start_up_holds_nobody_back() -> None:
+    """A node joining a running swarm: 10 s of start-up at a whole core on top of
+    seven peers at 8 units/s each (0.11 of a core with the cap at 0.15). In the first
+    ``STARTUP_S`` nobody waits, and once it binds there is nothing to hold back; the
+    same burst later in the node's life engages the cap."""
+    sim = Sim(cap=0.15, startup_s=30.0)
+    for k in range(7):
+        sim.want(f"p{k}", 8.0)
+
+    def burst(seconds: float) -> None:
+        for _ in range(round(seconds)):
+            sim.cpu += 1.0  # a core of its own work
+            sim.run(1.0)
+
+    burst(10)
+    sim.run(60)
+    assert sum(sim.waited.values()) == 0.0 and sim.net.level is None
+    burst(10)
+    assert sim.net.level is not None  # past start-up, the cap binds
 
 
 def test_under_the_cap_nobody_waits() -> None:
@@ -154,7 +179,9 @@ def test_cpu_the_reads_cannot_explain_holds_nobody_back() -> None:
 
 def test_accounts_are_bounded() -> None:
     t = [0.0]
-    net = NetShare(0.1, clock=lambda: t[0], cpu=lambda: t[0], max_accounts=8)  # share 1.0
+    net = NetShare(
+        0.1, clock=lambda: t[0], cpu=lambda: t[0], max_accounts=8, startup_s=0
+    )  # share 1.0
     for k in range(100):
         t[0] += 0.3
         net.charge(f"p{k}", 5.0)

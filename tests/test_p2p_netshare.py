@@ -11,14 +11,18 @@ import itertools
 import threading
 from pathlib import Path
 
+import pytest
+
+from swarmnode.p2p import netshare
 from swarmnode.p2p.transport import GossipTransport
 from tests.test_p2p_hostile import ATTACKER_ID, frame, message, paced_flooder, payload
 from tests.test_p2p_swarm import TIMEOUT, Collector, batch, run, swarm_cfg, wait_for
 
 
 def test_a_replay_flood_is_held_to_the_cap_and_an_honest_peer_still_gets_through(
-    tmp_path: Path,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(netshare, "STARTUP_S", 0.0)  # the flood starts with the node
     good = message(payload(1))
     f = frame(*[good] * 40)  # one valid message, then 39 copies of it in every frame
 

@@ -21,11 +21,19 @@ receive-credit rule in every process: ``swarmnode`` (``p2p/yamux_window``) or
 setting, alternating ``--repeat`` times, and ends with a line that sets them side by
 side.
 
+``--buckets N`` adds latency and delivery by N-round bucket of the senders' rounds (a
+backlog shows as latency growing from bucket to bucket) and each node's paced reads
+(``throttled.*``). ``--join-at S`` starts the last node S seconds into the run: it
+joins the running swarm and publishes until the others stop; it is expected to hear
+the batches sent from ``JOIN_GRACE_S`` after it was in the mesh, and a ``joiner``
+line shows what it heard and how its own batches were heard.
+
 The last line printed is ``name=value`` pairs (p50_ms, p99_ms, delivery, ...).
 
     .venv/bin/python scripts/bench_gossip.py --seconds 60
     .venv/bin/python scripts/bench_gossip.py --preset large --seconds 30
     .venv/bin/python scripts/bench_gossip.py --nodes 4 --seconds 30 --compare stock,swarmnode
+    .venv/bin/python scripts/bench_gossip.py --seconds 150 --buckets 10 --join-at 60
 """
 
 from __future__ import annotations
@@ -129,7 +137,8 @@ async def worker(args: argparse.Namespace) -> None:
     ready_at = time.time()
     print(f"READY {t.peer_id}", flush=True)
     line = await asyncio.get_running_loop().run_in_executor(None, sys.stdin.readline)
-    start_at = float(line.split()[1])
+    words = line.split()
+    start_at = float(words[1])
     while time.time() < start_at:
         await asyncio.sleep(0.01)
     cpu0, updates0, busy_t0 = cpu_s(), len(updates), time.monotonic()
@@ -138,7 +147,8 @@ async def worker(args: argparse.Namespace) -> None:
     sizes: list[int] = []
     sent_at: list[float] = []
     sent = 0
-    end_publish = start_at + args.seconds
+    # a late joiner publishes until the swarm's end (its start-up is not its time)
+    end_publish = float(words[2]) if len(words) > 2 else start_at + args.seconds
     next_pub = start_at + phase
     while time.time() < end_publish + DRAIN_S:
         now = time.time()
@@ -225,7 +235,7 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
         )
 
-    async def go(ps: list[subprocess.Popen[str]], delay: float) -> float:
+    async def go(ps: list[subprocess.Popen[str]], delay: float, end: str = "") -> float:
         for p in ps:
             assert p.stdout is not None
             line = await asyncio.wait_for(loop.run_in_executor(None, p.stdout.readline), 120)
@@ -234,7 +244,7 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
         at = time.time() + delay
         for p in ps:
             assert p.stdin is not None
-            p.stdin.write(f"GO {at}\n")
+            p.stdin.write(f"GO {at} {end}\n")
             p.stdin.flush()
         return at
 
@@ -247,7 +257,7 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
             await asyncio.sleep(max(0.0, start_at + args.join_at - time.time()))
             late = spawn(first, max(1, round(start_at + args.seconds - time.time())), True)
             procs.append(late)
-            await go([late], 0.0)
+            await go([late], 0.0, str(start_at + args.seconds))
         results = []
         timeout = args.seconds + DRAIN_S + IDLE_S + 60
         for p in procs:
@@ -305,7 +315,11 @@ def report(
     for r in results:
         print(
             f"node {r['peer_id'][-6:]}: sent={r['sent']} peers={r['peers']} "
-            f"mesh={r['mesh']} rejected={r['rejected']} inbox_dropped={r['inbox_dropped']}"
+            f"mesh={r['mesh']} rejected={r['rejected']} inbox_dropped={r['inbox_dropped']} "
+            f"throttled.reads={r['counters'].get('throttled.reads', 0)} "
+            f"throttled.ms={r['counters'].get('throttled.ms', 0)} "
+            f"throttled.net_share={r['counters'].get('throttled.net_share', 0)}"
+            + (" (joined late)" if r.get("joiner") else "")
         )
     print(
         f"bootstrap: peers={boot['num_peers']} mesh={boot['mesh_size']} counters={boot['counters']}"

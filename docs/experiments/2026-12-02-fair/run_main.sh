@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Step 2 of the fair-sharing sweep (issue 27), after the learning-rate check (run.sh):
+# each arm at its own best scale, 60 rounds, configs/specialties.yaml, 4 nodes a run;
+# heavy-pos 5 swarms (seeds 0-4), none and self-replay 3 runs each (seeds 0-2); then
+# the no-harm check on configs/node.yaml's easy tasks (heavy-pos vs none, 2 each,
+# 40 rounds). Same commit as step 1 (09fc62e), resumable, each finished run's raw data
+# exported and committed at once, as in run.sh. Interleaved by seed so that a stopped
+# session leaves every arm with about as many runs.
+#   SCALE_NONE=1 SCALE_SELF=1 SCALE_HP=1 bash docs/experiments/2026-12-02-fair/run_main.sh ../sweep
+# (the SCALE_* values: each arm's best scale in the learning-rate check, by cumulative
+# reward; they name the output folders, so a rerun with other values starts afresh)
+set -uo pipefail
+main=$(cd "$(dirname "$0")/../../.." && pwd)
+tree=$(cd "${1:?the sweep worktree}" && pwd)
+here=$main/docs/experiments/2026-12-02-fair
+py=$main/.venv/bin/python
+declare -A scale=([none]=${SCALE_NONE:?} [self-replay]=${SCALE_SELF:?} [heavy-pos]=${SCALE_HP:?})
+
+piece() {  # base rounds arm seed out_name
+  local base=$1 rounds=$2 arm=$3 seed=$4 name=$5
+  local out=$main/runs/fair/$name
+  (cd "$tree" && PYTHONPATH=$tree "$py" scripts/sapo_experiment.py \
+    --base "$base" --rounds "$rounds" --seed-list "$seed" \
+    --configs "$arm" --lr-scale "${scale[$arm]}" --resume --out "$out") \
+    >> "$here/sweep.log" 2>&1 || { echo "$name $arm s$seed failed" >> "$here/sweep.log"; return; }
+  (cd "$tree" && PYTHONPATH=$tree "$py" scripts/sapo_experiment.py --aggregate \
+    --rounds "$rounds" --configs none,self-replay,heavy-pos --out "$out" \
+    --export-raw "$here/$name/raw") >> "$here/sweep.log" 2>&1
+  cp "$out/results.md" "$here/$name/results.md" 2>/dev/null
+  for try in 1 2 3 4 5; do
+    (cd "$main" && git add "$here/$name" "$here/sweep.log" && git commit -q \
+      -m "#27 sweep raw data: $name, $arm at lr x${scale[$arm]}, seed $seed, $rounds rounds (commit of the runs: $(git -C "$tree" rev-parse --short HEAD))" \
+      -- "$here/$name" "$here/sweep.log") && break
+    sleep 7
+  done
+}
+
+for seed in 0 1 2 3 4; do
+  piece configs/specialties.yaml 60 heavy-pos "$seed" main60
+  if [ "$seed" -le 2 ]; then
+    piece configs/specialties.yaml 60 none "$seed" main60
+    piece configs/specialties.yaml 60 self-replay "$seed" main60
+  fi
+done
+for seed in 0 1; do
+  piece configs/node.yaml 40 heavy-pos "$seed" easy40
+  piece configs/node.yaml 40 none "$seed" easy40
+done

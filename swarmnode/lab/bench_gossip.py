@@ -318,7 +318,10 @@ def report(
             f"mesh={r['mesh']} rejected={r['rejected']} inbox_dropped={r['inbox_dropped']} "
             f"throttled.reads={r['counters'].get('throttled.reads', 0)} "
             f"throttled.ms={r['counters'].get('throttled.ms', 0)} "
-            f"throttled.net_share={r['counters'].get('throttled.net_share', 0)}"
+            f"throttled.net_share={r['counters'].get('throttled.net_share', 0)} "
+            f"throttled.pool={r['counters'].get('throttled.pool', 0)} "
+            f"frames_in={r['counters'].get('frames_in', 0)} "
+            f"bytes_in={r['counters'].get('bytes_in', 0)}"
             + (" (joined late)" if r.get("joiner") else "")
         )
     print(

@@ -23,7 +23,7 @@ Invariants:
   receive window fills and flow control stops its writes, so a flood costs the
   flooder its own send queue, not this node's CPU. Other peers' streams are
   untouched (each has its own budget). Pauses are counted (``throttled.reads``,
-  ``throttled.ms``).
+  ``throttled.ms``; ``throttled.pool`` where the newcomers' pool was the brake).
 - Newcomers share one budget too: until the first valid message a peer handed us
   (signature checked, or a copy of a message that was) is ``newcomer_s`` old, its
   reading is charged to its own budget and to one pool shared by all newcomers.
@@ -32,7 +32,8 @@ Invariants:
   peers' budgets (each reservation queues behind the pool's debt, so newcomers
   share it about evenly). The pool grows with the newcomers that read from it:
   ``k`` distinct ones in the last ``POOL_WINDOW_S`` get ``min(k, pool_peers)``
-  budgets. At one budget, a swarm's young honest mesh backed up: every peer of a
+  budgets, and each newcomer that grows it brings one budget's burst. At one
+  budget, a swarm's young honest mesh backed up: every peer of a
   new swarm is a newcomer, and each forwards every message (8 nodes at one batch a
   second read ~64 frames a second into a pool of 50; latency grew for the whole
   run). ``ratelimit.Tenure`` keeps the times, bounded.
@@ -137,6 +138,7 @@ class ReadBudget:
         self.rates = (frames_per_s, bytes_per_s)
         self.pool_peers = pool_peers
         self._pool: tuple[TokenBucket, TokenBucket] | None = None
+        self._pool_size = 1
         # newcomer -> when it last read (most recent last), bounded by the scan below
         self._readers: OrderedDict[str, float] = OrderedDict()
 
@@ -165,9 +167,14 @@ class ReadBudget:
         if self._pool is None:
             fr, br = self.rates
             self._pool = (TokenBucket(fr, 2 * fr, now), TokenBucket(br, 2 * br, now))
+        grown, self._pool_size = max(0, size - self._pool_size), size
         wait = 0.0
         for bucket, rate, n in zip(self._pool, self.rates, (frames, nbytes), strict=True):
             bucket.rate, bucket.burst = size * rate, 2 * size * rate
+            # a newcomer that joins the pool brings one budget's burst, as a tenured
+            # peer's own bucket starts full: a node joining a swarm is handed every
+            # peer's recent messages at once
+            bucket.tokens = min(bucket.burst, bucket.tokens + grown * 2 * rate)
             if n:
                 wait = max(wait, bucket.reserve(n, now))
         return wait
@@ -186,7 +193,10 @@ class ReadBudget:
             self.bytes.reserve(peer, nbytes) if nbytes else 0.0,
         )
         if account == NEWCOMERS:  # ...and newcomers together to the pool's
-            wait = max(wait, self._reserve_pool(peer, frames, nbytes))
+            pool_wait = self._reserve_pool(peer, frames, nbytes)
+            if pool_wait > wait:
+                self.counters.add("throttled.pool")
+                wait = pool_wait
         peer = account
         if self.net is not None and frames + msgs:
             net_wait = self.net.charge(peer, frames + msgs)

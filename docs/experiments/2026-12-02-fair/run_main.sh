@@ -6,15 +6,27 @@
 # 40 rounds). Same commit as step 1 (09fc62e), resumable, each finished run's raw data
 # exported and committed at once, as in run.sh. Interleaved by seed so that a stopped
 # session leaves every arm with about as many runs.
-#   SCALE_NONE=1 SCALE_SELF=1 SCALE_HP=1 bash docs/experiments/2026-12-02-fair/run_main.sh ../sweep
-# (the SCALE_* values: each arm's best scale in the learning-rate check, by cumulative
-# reward; they name the output folders, so a rerun with other values starts afresh)
+#   bash docs/experiments/2026-12-02-fair/run_main.sh ../sweep
+# Each arm runs at its best scale in the learning-rate check (the highest cumulative
+# reward per node in lr*/results.md), or at SCALE_NONE / SCALE_SELF / SCALE_HP if set.
+# The scales are recorded in each run.json and in sweep.log.
 set -uo pipefail
 main=$(cd "$(dirname "$0")/../../.." && pwd)
 tree=$(cd "${1:?the sweep worktree}" && pwd)
 here=$main/docs/experiments/2026-12-02-fair
 py=$main/.venv/bin/python
-declare -A scale=([none]=${SCALE_NONE:?} [self-replay]=${SCALE_SELF:?} [heavy-pos]=${SCALE_HP:?})
+best() {  # arm: the scale whose lr<scale>/results.md has its highest cumulative reward
+  for d in "$here"/lr*/; do
+    awk -F'|' -v arm=" $1 " -v s="$(basename "$d" | cut -c3-)" \
+      '$2 == arm && $5 ~ /[0-9]/ {print $5 + 0, s; exit}' "$d/results.md" 2>/dev/null
+  done | sort -rn | head -1 | cut -d' ' -f2
+}
+declare -A scale=([none]=${SCALE_NONE:-$(best none)} [self-replay]=${SCALE_SELF:-$(best self-replay)}
+  [heavy-pos]=${SCALE_HP:-$(best heavy-pos)})
+for arm in none self-replay heavy-pos; do
+  [ -n "${scale[$arm]}" ] || { echo "no learning-rate check result for $arm" >&2; exit 2; }
+  echo "$arm at lr x${scale[$arm]}" >> "$here/sweep.log"
+done
 
 piece() {  # base rounds arm seed out_name
   local base=$1 rounds=$2 arm=$3 seed=$4 name=$5

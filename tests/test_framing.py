@@ -281,8 +281,8 @@ def test_the_newcomers_pool_grows_with_its_readers_up_to_pool_peers() -> None:
                 nursery.start_soon(sybil, f"s{k}")
 
     trio.run(flood, clock=trio.testing.MockClock(autojump_threshold=0))
-    # 800 frames at 8 x 10 a second, less the pool's burst (20 for each of the 8
-    # newcomers that grew it): 8 s; their own budgets alone would take 2 s
+    # 800 frames at 8 x 10 a second, less the pool's burst (2 s of its 8 budgets,
+    # 160): 8 s; their own budgets alone would take 2 s
     assert max(done) == pytest.approx(8.0, abs=0.5)
     with pytest.raises(ValueError):
         ReadBudget(10.0, 1e9, Counters(), pool_peers=0)

@@ -32,7 +32,7 @@ Invariants:
   peers' budgets (each reservation queues behind the pool's debt, so newcomers
   share it about evenly). The pool grows with the newcomers that read from it:
   ``k`` distinct ones in the last ``POOL_WINDOW_S`` get ``min(k, pool_peers)``
-  budgets, and each newcomer that grows it brings one budget's burst. At one
+  budgets; its burst is always ``pool_peers`` budgets' (2 s of each). At one
   budget, a swarm's young honest mesh backed up: every peer of a
   new swarm is a newcomer, and each forwards every message (8 nodes at one batch a
   second read ~64 frames a second into a pool of 50; latency grew for the whole
@@ -138,7 +138,6 @@ class ReadBudget:
         self.rates = (frames_per_s, bytes_per_s)
         self.pool_peers = pool_peers
         self._pool: tuple[TokenBucket, TokenBucket] | None = None
-        self._pool_size = 1
         # newcomer -> when it last read (most recent last), bounded by the scan below
         self._readers: OrderedDict[str, float] = OrderedDict()
 
@@ -164,17 +163,13 @@ class ReadBudget:
     def _reserve_pool(self, peer: str, frames: int, nbytes: int) -> float:
         now = trio.current_time()
         size = self.pool_size(peer, now)
-        if self._pool is None:
-            fr, br = self.rates
-            self._pool = (TokenBucket(fr, 2 * fr, now), TokenBucket(br, 2 * br, now))
-        grown, self._pool_size = max(0, size - self._pool_size), size
+        if self._pool is None:  # it starts full, with the burst of all its budgets:
+            # a node joining a swarm is handed every peer's recent messages at once
+            (fr, br), k = self.rates, 2 * self.pool_peers
+            self._pool = (TokenBucket(fr, k * fr, now), TokenBucket(br, k * br, now))
         wait = 0.0
         for bucket, rate, n in zip(self._pool, self.rates, (frames, nbytes), strict=True):
-            bucket.rate, bucket.burst = size * rate, 2 * size * rate
-            # a newcomer that joins the pool brings one budget's burst, as a tenured
-            # peer's own bucket starts full: a node joining a swarm is handed every
-            # peer's recent messages at once
-            bucket.tokens = min(bucket.burst, bucket.tokens + grown * 2 * rate)
+            bucket.rate = size * rate  # the burst stays that of pool_peers budgets
             if n:
                 wait = max(wait, bucket.reserve(n, now))
         return wait

@@ -320,3 +320,25 @@ def test_a_peer_that_only_forwards_copies_earns_its_tenure(tmp_path: Path) -> No
                 await t.stop()
 
     run(main())
+
+
+def test_newcomers_waiting_on_the_pool_still_count_toward_its_size() -> None:
+    """Four newcomers each read 100 frames twice into budgets of 10 frames a second
+    (a pool of up to 4: 40 a second, burst 80): 800 frames take ~18 s. Had a reader
+    asleep on the pool's debt (8 s here) stopped counting after 5 s, the pool would
+    have shrunk to one budget while they slept, and the debt grown."""
+    budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=4)
+    done: list[float] = []
+
+    async def reader(peer: str) -> None:
+        for _ in range(2):
+            await budget.pace(peer, 100, 0)
+        done.append(trio.current_time())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for k in range(4):
+                nursery.start_soon(reader, f"n{k}")
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert max(done) == pytest.approx(18.0, abs=1.0)

@@ -148,17 +148,16 @@ class ReadBudget:
 
     def pool_size(self, peer: str, now: float) -> int:
         """Note that newcomer ``peer`` reads now; the pool's size in budgets: the
-        distinct newcomers read within ``POOL_WINDOW_S``, 1 to ``pool_peers``."""
-        self._readers[peer] = now
+        distinct newcomers that read, or wait on the pool to read, within
+        ``POOL_WINDOW_S``, 1 to ``pool_peers``. (Counting only reads, a debt longer
+        than the window made the waiting readers drop out, the pool shrink and the
+        debt grow.)"""
+        self._readers[peer] = max(now, self._readers.get(peer, now))
         self._readers.move_to_end(peer)
-        while len(self._readers) > 4 * self.pool_peers:  # only the recent ones count
+        while len(self._readers) > 4 * self.pool_peers:  # the least recent forgotten
             self._readers.popitem(last=False)
-        k = 0
-        for when in reversed(self._readers.values()):
-            if now - when > POOL_WINDOW_S or k == self.pool_peers:
-                break
-            k += 1
-        return max(1, k)
+        k = sum(1 for when in self._readers.values() if now - when <= POOL_WINDOW_S)
+        return max(1, min(self.pool_peers, k))
 
     def _reserve_pool(self, peer: str, frames: int, nbytes: int) -> float:
         now = trio.current_time()
@@ -189,6 +188,7 @@ class ReadBudget:
         )
         if account == NEWCOMERS:  # ...and newcomers together to the pool's
             pool_wait = self._reserve_pool(peer, frames, nbytes)
+            self._readers[peer] = trio.current_time() + pool_wait  # it reads again then
             if pool_wait > wait:
                 self.counters.add("throttled.pool")
                 wait = pool_wait

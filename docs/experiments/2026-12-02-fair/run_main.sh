@@ -31,6 +31,11 @@ done
 piece() {  # base rounds arm seed out_name
   local base=$1 rounds=$2 arm=$3 seed=$4 name=$5
   local out=$main/runs/fair/$name
+  if [ -d "$here/$name/raw" ]; then  # runs/ is not kept: lay out what already landed
+    (cd "$tree" && PYTHONPATH=$tree "$py" scripts/sapo_experiment.py --aggregate \
+      --rounds "$rounds" --configs none,self-replay,heavy-pos --out "$out" \
+      --import-raw "$here/$name/raw") >> "$here/sweep.log" 2>&1
+  fi
   (cd "$tree" && PYTHONPATH=$tree "$py" scripts/sapo_experiment.py \
     --base "$base" --rounds "$rounds" --seed-list "$seed" \
     --configs "$arm" --lr-scale "${scale[$arm]}" --resume --out "$out") \

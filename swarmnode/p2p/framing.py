@@ -138,7 +138,8 @@ class ReadBudget:
         self.rates = (frames_per_s, bytes_per_s)
         self.pool_peers = pool_peers
         self._pool: tuple[TokenBucket, TokenBucket] | None = None
-        # newcomer -> when it last read (most recent last), bounded by the scan below
+        # newcomer -> when it last read, or reads next if it waits on the pool's debt;
+        # least recently charged first, at most 4 x pool_peers kept
         self._readers: OrderedDict[str, float] = OrderedDict()
 
     def minutes_known(self, account: str) -> float:

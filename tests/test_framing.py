@@ -288,6 +288,10 @@ def test_the_newcomers_pool_grows_with_its_readers_up_to_pool_peers() -> None:
         ReadBudget(10.0, 1e9, Counters(), pool_peers=0)
 
 
+async def _no_idontwant(msg_id: bytes, topic_ids: object) -> None:
+    return None
+
+
 def test_a_peer_that_only_forwards_copies_earns_its_tenure(tmp_path: Path) -> None:
     """A full mesh of three: only C publishes, so B only ever hands A copies of what
     A already had from C. A copy of a message that passed every check is a valid act:
@@ -305,7 +309,11 @@ def test_a_peer_that_only_forwards_copies_earns_its_tenure(tmp_path: Path) -> No
             await wait_for(
                 lambda: all(t.stats()["mesh_size"] >= 2 for t in (a, b, c)), "a full mesh"
             )
-            reads = a._host.gossipsub.pubsub._reads  # type: ignore[union-attr]
+            gs = a._host.gossipsub  # type: ignore[union-attr]
+            reads = gs.pubsub._reads
+            # A sends no IDONTWANT (gossipsub v1.2), as a v1.1 peer would not: had A's
+            # IDONTWANT reached B before B forwarded, B sent A no copy (CI: none in 30 s)
+            gs._emit_idontwant_for_message = _no_idontwant
             col = Collector(a)
             for r in range(1, 6):
                 await c.publish(batch(r))
@@ -326,19 +334,23 @@ def test_newcomers_waiting_on_the_pool_still_count_toward_its_size() -> None:
     """Four newcomers each read 100 frames twice into budgets of 10 frames a second
     (a pool of up to 4: 40 a second, burst 80): 800 frames take ~18 s. Had a reader
     asleep on the pool's debt (8 s here) stopped counting after 5 s, the pool would
-    have shrunk to one budget while they slept, and the debt grown."""
-    budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=4)
-    done: list[float] = []
+    have shrunk to one budget while they slept, and the debt grown. The same holds
+    for a reader asleep on its own budget, longer than on the pool's: whichever order
+    trio wakes them in (it shuffles; noting only the pool's wait, some orders took
+    20-21 s), so the run is repeated."""
+    for _ in range(12):
+        budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=4)
+        done: list[float] = []
 
-    async def reader(peer: str) -> None:
-        for _ in range(2):
-            await budget.pace(peer, 100, 0)
-        done.append(trio.current_time())
+        async def reader(peer: str, budget: ReadBudget = budget, done: list[float] = done) -> None:
+            for _ in range(2):
+                await budget.pace(peer, 100, 0)
+            done.append(trio.current_time())
 
-    async def main() -> None:
-        async with trio.open_nursery() as nursery:
-            for k in range(4):
-                nursery.start_soon(reader, f"n{k}")
+        async def main() -> None:
+            async with trio.open_nursery() as nursery:
+                for k in range(4):
+                    nursery.start_soon(reader, f"n{k}")
 
-    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
-    assert max(done) == pytest.approx(18.0, abs=1.0)
+        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        assert max(done) == pytest.approx(18.0, abs=0.5)

@@ -189,10 +189,12 @@ class ReadBudget:
         )
         if account == NEWCOMERS:  # ...and newcomers together to the pool's
             pool_wait = self._reserve_pool(peer, frames, nbytes)
-            self._readers[peer] = trio.current_time() + pool_wait  # it reads again then
             if pool_wait > wait:
                 self.counters.add("throttled.pool")
                 wait = pool_wait
+            # it reads again when the longer debt is paid, its own or the pool's (noting
+            # only the pool's, one asleep on its own budget dropped out of the count)
+            self._readers[peer] = trio.current_time() + wait
         peer = account
         if self.net is not None and frames + msgs:
             net_wait = self.net.charge(peer, frames + msgs)

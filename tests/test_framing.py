@@ -237,6 +237,25 @@ def test_newcomers_share_one_budget_until_their_tenure() -> None:
     assert off.tenure.account("anyone") == "anyone"  # newcomer_s = 0: every peer its own budget
 
 
+def _finish_times(budget: ReadBudget, readers: int, frames: int, reads: int) -> list[float]:
+    """On a mock clock, ``readers`` newcomers each pace ``frames`` frames ``reads``
+    times through ``budget`` at once: when each finished."""
+    done: list[float] = []
+
+    async def reader(peer: str) -> None:
+        for _ in range(reads):
+            await budget.pace(peer, frames, 0)
+        done.append(trio.current_time())
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for k in range(readers):
+                nursery.start_soon(reader, f"n{k}")
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    return done
+
+
 def test_the_newcomers_pool_grows_with_its_readers_up_to_pool_peers() -> None:
     """A young swarm's mesh: 8 newcomers each reading 8 frames a second for 30 s
     (64 a second) into budgets of 10 frames a second. One pool budget falls ever
@@ -268,22 +287,9 @@ def test_the_newcomers_pool_grows_with_its_readers_up_to_pool_peers() -> None:
     assert young_mesh(8) < 0.2
 
     budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=8)
-    done: list[float] = []
-
-    async def sybil(peer: str) -> None:
-        for _ in range(40):
-            await budget.pace(peer, 1, 0)
-        done.append(trio.current_time())
-
-    async def flood() -> None:
-        async with trio.open_nursery() as nursery:
-            for k in range(20):
-                nursery.start_soon(sybil, f"s{k}")
-
-    trio.run(flood, clock=trio.testing.MockClock(autojump_threshold=0))
     # 800 frames at 8 x 10 a second, less the pool's burst (2 s of its 8 budgets,
     # 160): 8 s; their own budgets alone would take 2 s
-    assert max(done) == pytest.approx(8.0, abs=0.5)
+    assert max(_finish_times(budget, readers=20, frames=1, reads=40)) == pytest.approx(8.0, abs=0.5)
     with pytest.raises(ValueError):
         ReadBudget(10.0, 1e9, Counters(), pool_peers=0)
 
@@ -340,17 +346,5 @@ def test_newcomers_waiting_on_the_pool_still_count_toward_its_size() -> None:
     20-21 s), so the run is repeated."""
     for _ in range(12):
         budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=4)
-        done: list[float] = []
-
-        async def reader(peer: str, budget: ReadBudget = budget, done: list[float] = done) -> None:
-            for _ in range(2):
-                await budget.pace(peer, 100, 0)
-            done.append(trio.current_time())
-
-        async def main() -> None:
-            async with trio.open_nursery() as nursery:
-                for k in range(4):
-                    nursery.start_soon(reader, f"n{k}")
-
-        trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+        done = _finish_times(budget, readers=4, frames=100, reads=2)
         assert max(done) == pytest.approx(18.0, abs=0.5)

@@ -150,9 +150,9 @@ class ReadBudget:
     def pool_size(self, peer: str, now: float) -> int:
         """Note that newcomer ``peer`` reads now; the pool's size in budgets: the
         distinct newcomers that read, or wait (on the pool or their own budget) to
-        read, within ``POOL_WINDOW_S``, 1 to ``pool_peers``. (Counting only reads, a debt longer
-        than the window made the waiting readers drop out, the pool shrink and the
-        debt grow.)"""
+        read, within ``POOL_WINDOW_S``, 1 to ``pool_peers``. (Counting only reads, a
+        debt longer than the window made the waiting readers drop out, the pool
+        shrink and the debt grow.)"""
         self._readers[peer] = max(now, self._readers.get(peer, now))
         self._readers.move_to_end(peer)
         while len(self._readers) > 4 * self.pool_peers:  # the least recent forgotten

@@ -18,6 +18,7 @@ from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
 from libp2p.network.stream.exceptions import StreamEOF
 
 from swarmnode.p2p.framing import CHUNK, FrameReader, ReadBudget
+from swarmnode.p2p.netshare import NetShare
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share.inbox import Counters
 from swarmnode.share.ratelimit import NEWCOMERS, TokenBucket
@@ -348,3 +349,31 @@ def test_newcomers_waiting_on_the_pool_still_count_toward_its_size() -> None:
         budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=4)
         done = _finish_times(budget, readers=4, frames=100, reads=2)
         assert max(done) == pytest.approx(18.0, abs=0.5)
+
+
+class _StuckCap(NetShare):
+    """A CPU cap that holds every reader for 8 s (longer than ``POOL_WINDOW_S``)."""
+
+    def charge(self, account: str, units: float) -> float:
+        return 8.0
+
+
+def test_a_newcomer_asleep_on_the_cpu_cap_still_counts_toward_the_pool() -> None:
+    """Four newcomers read once each and are held 8 s by the CPU cap. At 6 s, one of
+    them reading again finds a pool of four budgets, not one: the three still asleep
+    count until their wait is over, whichever wait it is (noting only the budget's and
+    the pool's waits, they dropped out after 5 s and the pool shrank under the rest)."""
+    budget = ReadBudget(10.0, 1e9, Counters(), newcomer_s=600.0, pool_peers=4)
+    budget.net = _StuckCap(0.1, clock=lambda: 0.0, cpu=lambda: 0.0)
+    sizes: list[int] = []
+
+    async def main() -> None:
+        async with trio.open_nursery() as nursery:
+            for k in range(4):
+                nursery.start_soon(budget.pace, f"n{k}", 1, 0)
+            await trio.sleep(6.0)
+            sizes.append(budget.pool_size("n0", trio.current_time()))
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    assert sizes == [4]
+    assert budget.counters.get("throttled.net_share") == 4

@@ -192,15 +192,16 @@ class ReadBudget:
             if pool_wait > wait:
                 self.counters.add("throttled.pool")
                 wait = pool_wait
-            # it reads again when the longer debt is paid, its own or the pool's (noting
-            # only the pool's, one asleep on its own budget dropped out of the count)
-            self._readers[peer] = trio.current_time() + wait
-        peer = account
         if self.net is not None and frames + msgs:
-            net_wait = self.net.charge(peer, frames + msgs)
+            net_wait = self.net.charge(account, frames + msgs)
             if net_wait > 0:
                 self.counters.add("throttled.net_share")
                 wait = max(wait, net_wait)
+        if account == NEWCOMERS:
+            # it reads again when the longest wait is over, its own budget's, the pool's
+            # or the CPU cap's: noting a shorter one, a newcomer still asleep dropped out
+            # of the pool's count after POOL_WINDOW_S and the pool shrank under the rest
+            self._readers[peer] = trio.current_time() + wait
         if wait > 0:
             self.counters.add("throttled.reads")
             self.counters.add("throttled.ms", int(wait * 1000))

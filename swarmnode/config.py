@@ -310,7 +310,18 @@ class SwarmConfig(_Section):
         8, ge=1, le=1000, description="Dial discovered peers until this many are connected."
     )
     mesh_degree: int = Field(
-        6, ge=1, le=64, description="Gossipsub D: topic mesh size (D_low = D-2, D_high = 2D)."
+        6, ge=1, le=64, description="Gossipsub D: topic mesh size (D_low = D-2)."
+    )
+    mesh_degree_high: int | None = Field(
+        None,
+        ge=1,
+        le=128,
+        description=(
+            "Gossipsub D_high: a larger mesh is pruned back to D (null = D + 2). Every "
+            "mesh peer sends us a copy of each message and gets one from us, so the "
+            "mesh's size is what a message heard costs; gossipsub's usual 2D let "
+            "meshes grow to 12 and a swarm of up to 13 nodes be one full mesh."
+        ),
     )
     heartbeat_s: int = Field(1, ge=1, le=60, description="Gossipsub heartbeat interval, seconds.")
     max_msgs_per_s_per_peer: float = Field(
@@ -454,6 +465,11 @@ class SwarmConfig(_Section):
                     raise ValueError(
                         f"bootstrap: {text!r} lacks /p2p/<peer id> (needed to authenticate it)"
                     )
+        if self.mesh_degree_high is not None and self.mesh_degree_high < self.mesh_degree:
+            raise ValueError(
+                "mesh_degree_high: must be at least mesh_degree (a mesh of D would be "
+                "pruned at every heartbeat)"
+            )
         if self.role == "bootstrap" and not self.enabled:
             raise ValueError(
                 "role: 'bootstrap' only routes gossip, so it needs swarm.enabled: true"

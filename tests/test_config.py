@@ -33,6 +33,11 @@ BAD = [
         "train.kl_coef: a KL term needs model.lora.enabled",
     ),
     ("bad swarm name", "swarm:\n  name: 'has space'\n", "swarm.name:"),
+    (
+        "mesh bound below its degree",
+        "swarm:\n  mesh_degree: 6\n  mesh_degree_high: 4\n",
+        "swarm.mesh_degree_high: must be at least mesh_degree",
+    ),
 ]
 
 

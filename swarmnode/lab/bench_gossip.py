@@ -17,9 +17,11 @@ to the end of the drain, less what the same time costs it idle (measured over
 sent: ``net_cpu_ms_per_msg`` is that CPU divided by the messages the nodes heard
 (``cpu_ms_per_msg`` without the idle part taken off). ``--io`` picks yamux's
 receive-credit rule in every process: ``swarmnode`` (``p2p/yamux_window``) or
-``stock`` (py-libp2p's). ``--compare stock,swarmnode`` runs the whole bench once per
+``stock`` (py-libp2p's); ``frames_per_msg`` is the copies the workers read per
+message heard. ``--compare stock,swarmnode`` runs the whole bench once per
 setting, alternating ``--repeat`` times, and ends with a line that sets them side by
-side.
+side; a setting may name gossipsub's D_high too (``swarmnode:12``: the rule before
+2026-12-03, 2D).
 
 ``--buckets N`` adds latency and delivery by N-round bucket of the senders' rounds (a
 backlog shows as latency growing from bucket to bucket) and each node's paced reads
@@ -33,6 +35,7 @@ The last line printed is ``name=value`` pairs (p50_ms, p99_ms, delivery, ...).
     .venv/bin/python scripts/bench_gossip.py --seconds 60
     .venv/bin/python scripts/bench_gossip.py --preset large --seconds 30
     .venv/bin/python scripts/bench_gossip.py --nodes 4 --seconds 30 --compare stock,swarmnode
+    .venv/bin/python scripts/bench_gossip.py --nodes 12 --compare swarmnode:12,swarmnode
     .venv/bin/python scripts/bench_gossip.py --seconds 150 --buckets 10 --join-at 60
 """
 
@@ -87,10 +90,11 @@ def make_batch(node: int, round_: int, groups: int, completions: int, chars: int
     return encode_batch("bench", round_, gs)
 
 
-def swarm_cfg(bootstrap: list[str], degree: int = 6) -> SwarmConfig:
+def swarm_cfg(bootstrap: list[str], degree: int = 6, high: int | None = None) -> SwarmConfig:
     return SwarmConfig(
         enabled=True,
         mesh_degree=degree,
+        mesh_degree_high=high,
         name="bench",
         listen=["/ip4/127.0.0.1/tcp/0"],
         bootstrap=bootstrap,
@@ -129,7 +133,7 @@ async def worker(args: argparse.Namespace) -> None:
     groups, completions, chars = PRESETS[args.preset]
     use_io(args.io)
     updates = count_window_updates()
-    t = GossipTransport(swarm_cfg([args.boot], args.degree), Path(args.data_dir))
+    t = GossipTransport(swarm_cfg([args.boot], args.degree, args.degree_high), Path(args.data_dir))
     await t.start()
     deadline = time.monotonic() + 60
     while t.stats()["mesh_size"] < 1 and time.monotonic() < deadline:
@@ -198,10 +202,22 @@ async def worker(args: argparse.Namespace) -> None:
     await t.stop()
 
 
-async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
+def setting(text: str) -> tuple[str, int | None]:
+    """A ``--compare`` setting: an ``--io`` name, optionally ``:D_high`` (``swarmnode:12``)."""
+    io, _, high = text.partition(":")
+    if io not in IO or (high and not high.isdigit()):
+        raise SystemExit(
+            f"--compare: bad setting {text!r}; an --io name ({', '.join(IO)})[:D_high]"
+        )
+    return io, int(high) if high else None
+
+
+async def coordinator(args: argparse.Namespace, name: str) -> dict[str, Any]:
+    io, high = setting(name)
+    high = high or args.degree_high
     use_io(io)  # the bootstrap node too
     tmp = Path(tempfile.mkdtemp(prefix="bench_gossip_"))
-    boot = GossipTransport(swarm_cfg([], args.degree), tmp / "boot")
+    boot = GossipTransport(swarm_cfg([], args.degree, high), tmp / "boot")
     await boot.start()
     addr = boot.stats()["listen_addrs"][0]
 
@@ -227,6 +243,7 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
                 str(args.degree),
                 "--io",
                 io,
+                *(["--degree-high", str(high)] if high else []),
                 *(["--joiner"] if joiner else []),
             ],
             stdin=subprocess.PIPE,
@@ -279,7 +296,7 @@ async def coordinator(args: argparse.Namespace, io: str) -> dict[str, Any]:
             except subprocess.TimeoutExpired:
                 p.kill()
         await boot.stop()
-    return report(args, io, results, boot_stats)
+    return report(args, name, results, boot_stats)
 
 
 def report(
@@ -333,6 +350,9 @@ def report(
         "cpu_ms_per_msg": 1000 * cpu / max(1, delivered),
         "net_cpu_ms_per_msg": 1000 * net / max(1, delivered),
         "window_updates_per_msg": sum(r["window_updates"] for r in results) / max(1, delivered),
+        # copies read per message heard (the workers' frames; about one message a frame)
+        "frames_per_msg": sum(r["counters"].get("frames_in", 0) for r in results)
+        / max(1, delivered),
         "delivered": delivered,
         "expected": expected,
     }
@@ -342,6 +362,7 @@ def report(
         f"cpu_ms_per_msg={fig['cpu_ms_per_msg']:.2f} "
         f"net_cpu_ms_per_msg={fig['net_cpu_ms_per_msg']:.2f} "
         f"window_updates_per_msg={fig['window_updates_per_msg']:.2f} "
+        f"frames_per_msg={fig['frames_per_msg']:.2f} "
         f"msgs_sent={sum(sent.values())} expected={expected} delivered={delivered} "
         f"delivery={delivered / expected if expected else float('nan'):.4f} "
         f"p50_ms={pct(0.50):.1f} p99_ms={pct(0.99):.1f} max_ms={1000 * max(lats, default=0):.1f} "
@@ -424,8 +445,8 @@ def bucket_table(results: list[dict[str, Any]], sent: Mapping[str, int], size: i
 async def compare(args: argparse.Namespace) -> None:
     """Each ``--compare`` setting ``--repeat`` times, alternating; then side by side."""
     ios = args.compare.split(",") if args.compare else [args.io]
-    if bad := [io for io in ios if io not in IO]:
-        raise SystemExit(f"--compare: unknown setting {bad[0]!r}; choose from {', '.join(IO)}")
+    for io in ios:
+        setting(io)  # refused before any run
     figs: dict[str, list[dict[str, Any]]] = {io: [] for io in ios}
     for _ in range(args.repeat):
         for io in ios:
@@ -437,11 +458,12 @@ async def compare(args: argparse.Namespace) -> None:
     for io in ios:
         cpu = statistics.fmean(f["net_cpu_ms_per_msg"] for f in figs[io])
         wu = statistics.fmean(f["window_updates_per_msg"] for f in figs[io])
+        fr = statistics.fmean(f["frames_per_msg"] for f in figs[io])
         got = sum(f["delivered"] for f in figs[io])
         want = sum(f["expected"] for f in figs[io])
         parts.append(
             f"{io}: net_cpu_ms_per_msg {cpu:.2f} ({cpu / base:.2f}x) "
-            f"window_updates_per_msg {wu:.2f} delivered {got}/{want}"
+            f"window_updates_per_msg {wu:.2f} frames_per_msg {fr:.2f} delivered {got}/{want}"
         )
     print(f"compare, {args.repeat} run(s) each | " + " | ".join(parts), flush=True)
 
@@ -453,8 +475,12 @@ def main() -> None:
     ap.add_argument("--preset", choices=sorted(PRESETS), default="small")
     ap.add_argument("--period", type=float, default=1.0, help="seconds between a node's batches")
     ap.add_argument("--degree", type=int, default=6, help="gossipsub mesh degree D")
+    ap.add_argument("--degree-high", type=int, help="gossipsub D_high (default: the node's, D + 2)")
     ap.add_argument("--io", choices=IO, default="swarmnode", help="py-libp2p I/O overrides")
-    ap.add_argument("--compare", help="comma-separated --io settings to run side by side")
+    ap.add_argument(
+        "--compare",
+        help="comma-separated --io settings to run side by side, each optionally :D_high",
+    )
     ap.add_argument("--repeat", type=int, default=1, help="runs per --compare setting")
     ap.add_argument(
         "--buckets", type=int, default=0, metavar="N", help="latency by N-round buckets"

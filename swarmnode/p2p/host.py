@@ -181,7 +181,7 @@ class P2PHost:
             protocols=list(GOSSIP_PROTOCOLS),
             degree=cfg.mesh_degree,
             degree_low=max(1, cfg.mesh_degree - 2),
-            degree_high=2 * cfg.mesh_degree,
+            degree_high=cfg.mesh_degree_high or cfg.mesh_degree + 2,
             heartbeat_interval=cfg.heartbeat_s,
             heartbeat_initial_delay=0.1,
             do_px=True,

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The fair-sharing sweep (issue 27), in resumable pieces, every arm on one commit.
-# Step 1, the learning-rate check: none, self-replay and heavy-pos at 1x, 2x and
-# 0.5x of train.learning_rate, seed 0, 4 nodes, 40 rounds, configs/specialties.yaml.
+# Step 1, the learning-rate check: none, self-replay and heavy-pos at 1x, 2x, 0.5x and
+# 0.25x of train.learning_rate, seed 0, 4 nodes, 40 rounds, configs/specialties.yaml
+# (0.25x added when every lone arm did best at 0.5x, the grid's edge; SCALES="..."
+# runs only those scales).
 # Each finished run's raw data is exported beside this script and committed at once,
 # so a stopped session loses at most the run in progress (--resume continues it).
 #   git worktree add ../sweep 09fc62e            # the sweep's commit, for every arm
@@ -12,7 +14,7 @@ tree=$(cd "${1:?the sweep worktree}" && pwd)
 here=$main/docs/experiments/2026-12-02-fair
 py=$main/.venv/bin/python
 rounds=${ROUNDS:-40}
-for scale in 1 2 0.5; do
+for scale in ${SCALES:-1 2 0.5 0.25}; do
   for arm in self-replay none heavy-pos; do
     out=$main/runs/fair/lr$scale
     (cd "$tree" && PYTHONPATH=$tree "$py" scripts/sapo_experiment.py \

@@ -3,8 +3,9 @@
 # each arm at its own best scale, 60 rounds, configs/specialties.yaml, 4 nodes a run;
 # heavy-pos 5 swarms (seeds 0-4), none and self-replay 3 runs each (seeds 0-2); then
 # the no-harm check on configs/node.yaml's easy tasks (heavy-pos vs none, 2 each,
-# 40 rounds). Same commit as step 1 (09fc62e), resumable, each finished run's raw data
-# exported and committed at once, as in run.sh. Interleaved by seed so that a stopped
+# 40 rounds); then nodes of different specialties (step 3, below). Same commit as
+# step 1 (09fc62e), resumable, each finished run's raw data exported and committed at
+# once, as in run.sh. Interleaved by seed so that a stopped
 # session leaves every arm with about as many runs.
 #   bash docs/experiments/2026-12-02-fair/run_main.sh ../sweep
 # Each arm runs at its best scale in the learning-rate check (the highest cumulative
@@ -28,20 +29,21 @@ for arm in none self-replay heavy-pos; do
   echo "$arm at lr x${scale[$arm]}" >> "$here/sweep.log"
 done
 
-piece() {  # base rounds arm seed out_name
+piece() {  # base rounds arm seed out_name [extra sapo_experiment flags, also aggregated]
   local base=$1 rounds=$2 arm=$3 seed=$4 name=$5
+  local extra=("${@:6}")
   local out=$main/runs/fair/$name
   if [ -d "$here/$name/raw" ]; then  # runs/ is not kept: lay out what already landed
     (cd "$tree" && PYTHONPATH=$tree "$py" scripts/sapo_experiment.py --aggregate \
-      --rounds "$rounds" --configs none,self-replay,heavy-pos --out "$out" \
+      --rounds "$rounds" --configs none,self-replay,heavy-pos --out "$out" "${extra[@]}" \
       --import-raw "$here/$name/raw") >> "$here/sweep.log" 2>&1
   fi
   (cd "$tree" && PYTHONPATH=$tree "$py" scripts/sapo_experiment.py \
     --base "$base" --rounds "$rounds" --seed-list "$seed" \
-    --configs "$arm" --lr-scale "${scale[$arm]}" --resume --out "$out") \
+    --configs "$arm" --lr-scale "${scale[$arm]}" --resume --out "$out" "${extra[@]}") \
     >> "$here/sweep.log" 2>&1 || { echo "$name $arm s$seed failed" >> "$here/sweep.log"; return; }
   (cd "$tree" && PYTHONPATH=$tree "$py" scripts/sapo_experiment.py --aggregate \
-    --rounds "$rounds" --configs none,self-replay,heavy-pos --out "$out" \
+    --rounds "$rounds" --configs none,self-replay,heavy-pos --out "$out" "${extra[@]}" \
     --export-raw "$here/$name/raw") >> "$here/sweep.log" 2>&1
   cp "$out/results.md" "$here/$name/results.md" 2>/dev/null
   for try in 1 2 3 4 5; do
@@ -60,4 +62,11 @@ done
 for seed in 0 1; do
   piece configs/node.yaml 40 heavy-pos "$seed" easy40
   piece configs/node.yaml 40 none "$seed" easy40
+done
+# Step 3: where peers bring what a node cannot replay (issue 27: if sharing does not beat
+# self-replay): nodes of different specialties (--hetero 6: each node draws 75% of its
+# items from its own dataset of the three), heavy-pos against self-replay, 3 each, 60 rounds.
+for seed in 0 1 2; do
+  piece configs/specialties.yaml 60 self-replay "$seed" hetero60 --hetero 6
+  piece configs/specialties.yaml 60 heavy-pos "$seed" hetero60 --hetero 6
 done

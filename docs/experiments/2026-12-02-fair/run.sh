@@ -25,6 +25,8 @@ for scale in ${SCALES:-1 2 0.5 0.25}; do
       --rounds "$rounds" --configs none,self-replay,heavy-pos --out "$out" \
       --export-raw "$here/lr$scale/raw") >> "$here/sweep.log" 2>&1
     cp "$out/results.md" "$here/lr$scale/results.md" 2>/dev/null
+    # a piece that had landed before (resumed, nothing run) has nothing new to commit
+    [ -n "$(cd "$main" && git status --porcelain -- "$here/lr$scale")" ] || continue
     for try in 1 2 3 4 5; do
       (cd "$main" && git add "$here/lr$scale" "$here/sweep.log" && git commit -q \
         -m "#27 sweep raw data: $arm at lr x$scale, seed 0, $rounds rounds (commit of the runs: $(git -C "$tree" rev-parse --short HEAD))" \

@@ -46,6 +46,8 @@ piece() {  # base rounds arm seed out_name [extra sapo_experiment flags, also ag
     --rounds "$rounds" --configs none,self-replay,heavy-pos --out "$out" "${extra[@]}" \
     --export-raw "$here/$name/raw") >> "$here/sweep.log" 2>&1
   cp "$out/results.md" "$here/$name/results.md" 2>/dev/null
+  # a piece that had landed before (resumed, nothing run) has nothing new to commit
+  [ -n "$(cd "$main" && git status --porcelain -- "$here/$name")" ] || return 0
   for try in 1 2 3 4 5; do
     (cd "$main" && git add "$here/$name" "$here/sweep.log" && git commit -q \
       -m "#27 sweep raw data: $name, $arm at lr x${scale[$arm]}, seed $seed, $rounds rounds (commit of the runs: $(git -C "$tree" rev-parse --short HEAD))" \

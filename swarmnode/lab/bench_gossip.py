@@ -203,7 +203,14 @@ async def worker(args: argparse.Namespace) -> None:
 
 
 def setting(text: str) -> tuple[str, int | None]:
-    """A ``--compare`` setting: an ``--io`` name, optionally ``:D_high`` (``swarmnode:12``)."""
+    """A ``--compare`` setting: an ``--io`` name, optionally ``:D_high``.
+
+    >>> setting("swarmnode:12"), setting("stock")
+    (('swarmnode', 12), ('stock', None))
+    >>> setting("swarmnode:lots")
+    Traceback (most recent call last):
+    SystemExit: --compare: bad setting 'swarmnode:lots'; an --io name (swarmnode, stock)[:D_high]
+    """
     io, _, high = text.partition(":")
     if io not in IO or (high and not high.isdigit()):
         raise SystemExit(

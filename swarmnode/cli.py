@@ -7,17 +7,22 @@ Invariants:
 - Every ``SwarmnodeError`` prints one line and exits with its ``exit_code`` (2: a
   bad config field, key file or model, a data_dir in use; 1: the network side
   failed); tracebacks are for bugs only.
+- ``start`` ends its process without interpreter finalization once the daemon has
+  stopped (``_end_process``): nothing of the node is left for it to do, and what a
+  library leaves running could abort the exit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import json
 import logging
+import os
 import signal
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, NoReturn
 
 import typer
 
@@ -50,6 +55,25 @@ def _root() -> None:
 def _fail(message: str, code: int = 2) -> typer.Exit:
     typer.echo(f"error: {message}", err=True)
     return typer.Exit(code)
+
+
+def _end_process(code: int) -> NoReturn:
+    """Exit a stopped daemon's process with ``code``: logs and streams flushed, then
+    ``os._exit``, skipping interpreter finalization and C++ static destructors.
+
+    By here the daemon has saved its checkpoint, closed its files and joined its
+    threads, each with a timeout. Finalization would still run beside what a timeout
+    abandoned and the libraries' own daemon threads (py-libp2p's cache sweeper,
+    tokenizers, torch's pools): a thread that resumes inside torch with the GIL
+    released after the interpreter is gone ends itself from a C++ ``noexcept``
+    destructor and the whole process aborts, exit -6 with "terminate called without
+    an active exception" (pytorch/pytorch#38228; seen twice in the slow suite,
+    tests/test_cli.py makes it happen every time without this exit)."""
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # closed: nothing can reach it
+            stream.flush()
+    os._exit(code)
 
 
 def _load(config: Path, overrides: dict[str, Any], sets: list[str] | None = None) -> Any:
@@ -108,7 +132,9 @@ def start(
 
             run_daemon(Node(cfg))
     except SwarmnodeError as err:
-        raise _fail(err.one_line(), err.exit_code) from None
+        _fail(err.one_line(), err.exit_code)
+        _end_process(err.exit_code)
+    _end_process(0)
 
 
 def _node_config(config: Path | None, data_dir: Path | None, sets: list[str] | None = None) -> Any:

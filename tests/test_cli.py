@@ -132,3 +132,55 @@ def test_eval_from_data_dir_alone_with_base(tiny_model_dir: Path, tmp_path: Path
     )
     assert missing.returncode == 2 and "no such directory" in missing.stderr
     assert len(missing.stderr.strip().splitlines()) == 1
+
+
+# A library's daemon thread inside torch when the node's work is done (the -6 aborts
+# of tests/test_stop_stress.py): with interpreter finalization after `start`, the
+# thread resumes from a torch op once the interpreter is gone and the process aborts
+# ("terminate called without an active exception", exit -6) every time.
+_THREAD_IN_TORCH = """
+import sys, threading, torch
+a = torch.randn(128, 128)
+def spin():
+    while True:
+        torch.mm(a, a)
+threading.Thread(target=spin, daemon=True, name="a-library-thread").start()
+from swarmnode.cli import main
+sys.argv = ["swarmnode", *sys.argv[1:]]
+main()
+"""
+
+
+def test_start_exits_0_with_a_daemon_thread_inside_torch(
+    tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    config = write_config(tmp_path / "node.yaml", tiny_config(tiny_model_dir, tmp_path / "d"))
+    proc = subprocess.run(
+        [sys.executable, "-c", _THREAD_IN_TORCH, "start", "-c", str(config), "--max-rounds", "1"],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "terminate called" not in proc.stderr
+    assert read_metrics(tmp_path / "d" / "metrics.jsonl")[-1]["round"] == 1
+    # a bad config is still one line and its exit code, through the same exit
+    bad = write_config(
+        tmp_path / "bad.yaml",
+        {
+            **tiny_config(tiny_model_dir, tmp_path / "e"),
+            "model": {"name": str(tmp_path / "no-model")},
+        },
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", _THREAD_IN_TORCH, "start", "-c", str(bad)],
+        cwd=REPO,
+        env=ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 2 and "terminate called" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: model"), proc.stderr

@@ -1,6 +1,6 @@
 """SIGTERM at random moments: a real ``swarmnode start`` must exit 0 with a readable
 checkpoint, every time (the -6 "terminate called without an active exception" seen
-once in the slow suite, docs/reliability.md).
+twice in the slow suite, a torch thread at interpreter finalization: docs/reliability.md).
 
 One node (the tiny model, unpaced, so most of its time is generation and update) is
 started on the same data dir again and again; each cycle waits for two new rounds,

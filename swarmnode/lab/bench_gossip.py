@@ -90,9 +90,14 @@ def make_batch(node: int, round_: int, groups: int, completions: int, chars: int
     return encode_batch("bench", round_, gs)
 
 
-def swarm_cfg(bootstrap: list[str], degree: int = 6, high: int | None = None) -> SwarmConfig:
+def swarm_cfg(
+    bootstrap: list[str], degree: int = 6, high: int | None = None, role: str = "trainer"
+) -> SwarmConfig:
+    """A bench node's swarm section; ``role="bootstrap"`` routes uncapped, as a
+    ``swarmnode start`` bootstrap node does (the CPU cap is for trainers)."""
     return SwarmConfig(
         enabled=True,
+        role=role,
         mesh_degree=degree,
         mesh_degree_high=high,
         name="bench",
@@ -228,7 +233,7 @@ async def coordinator(args: argparse.Namespace, name: str) -> dict[str, Any]:
     high = high or args.degree_high
     use_io(io)  # the bootstrap node too
     tmp = Path(tempfile.mkdtemp(prefix="bench_gossip_"))
-    boot = GossipTransport(swarm_cfg([], args.degree, high), tmp / "boot")
+    boot = GossipTransport(swarm_cfg([], args.degree, high, role="bootstrap"), tmp / "boot")
     await boot.start()
     addr = boot.stats()["listen_addrs"][0]
 

@@ -91,11 +91,18 @@ def make_batch(node: int, round_: int, groups: int, completions: int, chars: int
 
 
 def swarm_cfg(
-    bootstrap: list[str], degree: int = 6, high: int | None = None, role: str = "trainer"
+    bootstrap: list[str],
+    degree: int = 6,
+    high: int | None = None,
+    role: str = "trainer",
+    net_share: float | None = -1.0,
 ) -> SwarmConfig:
     """A bench node's swarm section; ``role="bootstrap"`` routes uncapped, as a
-    ``swarmnode start`` bootstrap node does (the CPU cap is for trainers)."""
+    ``swarmnode start`` bootstrap node does (the CPU cap is for trainers).
+    ``net_share``: ``swarm.max_net_share`` (None: no cap; negative: the default)."""
+    extra = {} if net_share is not None and net_share < 0 else {"max_net_share": net_share}
     return SwarmConfig(
+        **extra,
         enabled=True,
         role=role,
         mesh_degree=degree,
@@ -106,6 +113,16 @@ def swarm_cfg(
         discovery_interval_s=1.0,
         inbox_size=4096,
     )
+
+
+def cap(args: argparse.Namespace) -> float | None:
+    """``--max-net-share`` as ``swarm_cfg``'s ``net_share``: 0 is no cap, unset the default.
+
+    >>> [cap(argparse.Namespace(max_net_share=v)) for v in (None, 0.0, 0.2)]
+    [-1.0, None, 0.2]
+    """
+    v = args.max_net_share
+    return -1.0 if v is None else (None if v == 0 else v)
 
 
 def cpu_s() -> float:
@@ -138,7 +155,8 @@ async def worker(args: argparse.Namespace) -> None:
     groups, completions, chars = PRESETS[args.preset]
     use_io(args.io)
     updates = count_window_updates()
-    t = GossipTransport(swarm_cfg([args.boot], args.degree, args.degree_high), Path(args.data_dir))
+    cfg = swarm_cfg([args.boot], args.degree, args.degree_high, net_share=cap(args))
+    t = GossipTransport(cfg, Path(args.data_dir))
     await t.start()
     deadline = time.monotonic() + 60
     while t.stats()["mesh_size"] < 1 and time.monotonic() < deadline:
@@ -260,6 +278,11 @@ async def coordinator(args: argparse.Namespace, name: str) -> dict[str, Any]:
                 "--io",
                 io,
                 *(["--degree-high", str(high)] if high else []),
+                *(
+                    ["--max-net-share", str(args.max_net_share)]
+                    if args.max_net_share is not None
+                    else []
+                ),
                 *(["--joiner"] if joiner else []),
             ],
             stdin=subprocess.PIPE,
@@ -507,6 +530,11 @@ def main() -> None:
         default=0.0,
         metavar="S",
         help="the last node joins the running swarm S seconds into the run",
+    )
+    ap.add_argument(
+        "--max-net-share",
+        type=float,
+        help="every node's swarm.max_net_share (0: no cap; default: the node's)",
     )
     ap.add_argument("--joiner", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--worker", type=int, help=argparse.SUPPRESS)

@@ -28,7 +28,9 @@ backlog shows as latency growing from bucket to bucket) and each node's paced re
 (``throttled.*``). ``--join-at S`` starts the last node S seconds into the run: it
 joins the running swarm and publishes until the others stop; it is expected to hear
 the batches sent from ``JOIN_GRACE_S`` after it was in the mesh, and a ``joiner``
-line shows what it heard and how its own batches were heard.
+line shows what it heard and how its own batches were heard. ``--max-net-share X``
+sets every trainer node's ``swarm.max_net_share`` (0: no cap); the bootstrap node
+routes uncapped, as ``swarmnode start`` runs one.
 
 The last line printed is ``name=value`` pairs (p50_ms, p99_ms, delivery, ...).
 
@@ -37,6 +39,7 @@ The last line printed is ``name=value`` pairs (p50_ms, p99_ms, delivery, ...).
     .venv/bin/python scripts/bench_gossip.py --nodes 4 --seconds 30 --compare stock,swarmnode
     .venv/bin/python scripts/bench_gossip.py --nodes 12 --compare swarmnode:12,swarmnode
     .venv/bin/python scripts/bench_gossip.py --seconds 150 --buckets 10 --join-at 60
+    .venv/bin/python scripts/bench_gossip.py --seconds 60 --buckets 6 --max-net-share 0
 """
 
 from __future__ import annotations

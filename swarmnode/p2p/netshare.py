@@ -19,9 +19,13 @@ Invariants:
 - While nobody is limited and the share is at or under ``cap``, nobody waits here.
   Over the cap, the total rate that would fit (units a second x cap / share) is split
   by weighted max-min fairness (water-filling): an account using less than its
-  level keeps what it uses (a peer at the swarm's normal rate never waits), the
-  heavier ones are held to their level by a token bucket (burst: 2 s) and wait out
-  their debt before their next read, so flow control stops their writes.
+  level keeps what it uses (a peer at the swarm's normal rate does not wait while
+  heavier ones put the node over the cap), the heavier ones are held to their level
+  by a token bucket (burst: 2 s) and wait out their debt before their next read, so
+  flow control stops their writes. When alike peers are together over the cap, all
+  of them are held: honest traffic at the cap's edge then backs up and the level
+  keeps falling (bench_gossip on a quiet machine, 8 nodes at a batch a second,
+  about 0.10 of a core each: docs/experiments/2026-12-03-benchpoll; issue 28).
 - Fair by tenure: an account's level is the water level times its ``weight`` (the
   minutes the node has known it, 1 to ``MAX_WEIGHT``; the newcomers' pool 1), so
   the peers known longest are held back last. In a tiny-model run the heaviest

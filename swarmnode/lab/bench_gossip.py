@@ -94,20 +94,12 @@ def make_batch(node: int, round_: int, groups: int, completions: int, chars: int
 
 
 def swarm_cfg(
-    bootstrap: list[str],
-    degree: int = 6,
-    high: int | None = None,
-    role: str = "trainer",
-    net_share: float | None = -1.0,
+    bootstrap: list[str], degree: int = 6, high: int | None = None, **overrides: Any
 ) -> SwarmConfig:
-    """A bench node's swarm section; ``role="bootstrap"`` routes uncapped, as a
-    ``swarmnode start`` bootstrap node does (the CPU cap is for trainers).
-    ``net_share``: ``swarm.max_net_share`` (None: no cap; negative: the default)."""
-    extra = {} if net_share is not None and net_share < 0 else {"max_net_share": net_share}
+    """A bench node's swarm section; ``overrides`` are further ``swarm.*`` fields
+    (``role="bootstrap"`` routes uncapped, as a ``swarmnode start`` bootstrap does)."""
     return SwarmConfig(
-        **extra,
         enabled=True,
-        role=role,
         mesh_degree=degree,
         mesh_degree_high=high,
         name="bench",
@@ -115,17 +107,8 @@ def swarm_cfg(
         bootstrap=bootstrap,
         discovery_interval_s=1.0,
         inbox_size=4096,
+        **overrides,
     )
-
-
-def cap(args: argparse.Namespace) -> float | None:
-    """``--max-net-share`` as ``swarm_cfg``'s ``net_share``: 0 is no cap, unset the default.
-
-    >>> [cap(argparse.Namespace(max_net_share=v)) for v in (None, 0.0, 0.2)]
-    [-1.0, None, 0.2]
-    """
-    v = args.max_net_share
-    return -1.0 if v is None else (None if v == 0 else v)
 
 
 def cpu_s() -> float:
@@ -158,8 +141,11 @@ async def worker(args: argparse.Namespace) -> None:
     groups, completions, chars = PRESETS[args.preset]
     use_io(args.io)
     updates = count_window_updates()
-    cfg = swarm_cfg([args.boot], args.degree, args.degree_high, net_share=cap(args))
-    t = GossipTransport(cfg, Path(args.data_dir))
+    # --max-net-share: 0 is no cap (null); unset, the node's default
+    cap = {} if args.max_net_share is None else {"max_net_share": args.max_net_share or None}
+    t = GossipTransport(
+        swarm_cfg([args.boot], args.degree, args.degree_high, **cap), Path(args.data_dir)
+    )
     await t.start()
     deadline = time.monotonic() + 60
     while t.stats()["mesh_size"] < 1 and time.monotonic() < deadline:

@@ -379,9 +379,11 @@ class SwarmConfig(_Section):
         gt=0,
         le=1,
         description="Share of a core the libp2p thread may spend (reading, relaying); past "
-        "it the peers that send most are read less (max-min fair), and one sending less "
-        "than its fair share is not held back: holds for any number of identities. "
-        "Trainers only (a bootstrap node routes uncapped). null = no cap.",
+        "it the peers that send most are read less (max-min fair, weighted by how long "
+        "the node has known each), and one sending less than its fair share is not held "
+        "back: holds for any number of new identities. Peers known about as long are not "
+        "held for each other. Trainers only (a bootstrap node routes uncapped). "
+        "null = no cap.",
     )
     forwarder_bytes_per_s: int = Field(
         1024 * 1024,

@@ -107,7 +107,8 @@ class PeerBuckets:
 class Tenure:
     """How long each peer has been known, and which budget it pays from: its own once
     its first valid act (``note``) is ``newcomer_s`` old, ``NEWCOMERS`` before that.
-    ``newcomer_s`` = 0: every peer its own budget, from the start.
+    ``newcomer_s`` = 0: every peer its own budget, from the start (its tenure is still
+    kept: the CPU cap weighs peers by it).
 
     >>> t = Tenure(60.0, clock=lambda: now)
     >>> now = 0.0; t.note("a"); t.account("a"), t.account("b")
@@ -123,8 +124,6 @@ class Tenure:
     def note(self, peer: str, at: float | None = None) -> None:
         """``peer`` did something valid (now, or ``at``): its tenure starts if it had
         none, or starts earlier if ``at`` is older than what was noted."""
-        if self.newcomer_s <= 0:
-            return
         when = self.clock() if at is None else at
         first = self._first.get(peer)
         if first is not None:

@@ -32,17 +32,15 @@ Invariants:
   reader was the honest peer, and an equal split held it back in most rounds.
 - The cap holds newer peers for older ones, never alike peers for each other: a
   level is set only while some account that reads weighs at least ``TENURE_RATIO``
-  x the lightest account the level would hold, and it engages only if the newer
-  accounts together read at least as much as those older ones. Peers the node has
-  known about as long (a young swarm, where all are newcomers in one pool; a node
-  that just joined; a mesh known for an hour) cannot be told from each other by
-  anything but their rate, and holding them all back only delays what must be read
-  anyway: the backlog grew for as long as the run lasted and the meshes fell apart
+  x the lightest account the level would hold. Peers the node has known
+  about as long (a young swarm, where all are newcomers in one pool; a node that
+  just joined; a mesh known for an hour) cannot be told from each other by anything
+  but their rate, and holding them all back only delays what must be read anyway:
+  the backlog grew for as long as the run lasted and the meshes fell apart
   (bench_gossip, 8 nodes at a batch a second, each node's CPU at the 0.1 cap:
-  docs/experiments/2026-12-03-benchpoll). Nor is one honest peer joining a mesh of
-  older ones at the swarm's rate held (held, its batches reached the others at p99
-  4.7 s). Per-peer budgets and the newcomers' pool still bound all of them; fresh
-  identities that outread the peers known longer (a Sybil flood) are held.
+  docs/experiments/2026-12-03-benchpoll). Per-peer budgets and the newcomers' pool
+  still bound them; fresh identities (a Sybil flood) are newcomers against the
+  peers known longer, and held.
 - Under ``RELAX_BELOW`` x cap the level rises by ``RELAX`` a tick until it no
   longer binds; in between it holds.
 - The level never falls below ``FLOOR_UNITS_S``: an overloaded node still reads
@@ -80,8 +78,7 @@ TRAINER_THREAD = "swarmnode-trainer"  # the name prefix of the node's training t
 STARTUP_S = 30.0  # the cap does not bind this long after the node starts
 MAX_WEIGHT = 60.0  # an account known for an hour or more weighs 60 newcomers
 # The cap binds only if some account that reads weighs this many times the lightest
-# it would hold (it holds newer peers for older ones, not alike peers for each other;
-# and engages only if the newer ones together read as much as those older ones).
+# it would hold (it holds newer peers for older ones, not alike peers for each other).
 TENURE_RATIO = 2.0
 HELD_AT = 0.9  # an account reading at this share of its level or more counts as held
 
@@ -194,23 +191,25 @@ class NetShare:
                 [self._weight(a) for a in accounts],
             )
             level = max(FLOOR_UNITS_S, fit if self.level is None else min(self.level, fit))
-            self._set_level(level if self._binds(level) else None)
+            self._set_level(level if self._older_kept(level) else None)
         elif self.level is not None and self.share < RELAX_BELOW * self.cap:
             level = self.level * RELAX
             heaviest = max((r / self._weight(a) for a, r in self._rate.items()), default=0.0)
             self._set_level(None if level > 2 * heaviest else level)
 
-    def _binds(self, level: float) -> bool:
-        """Whether ``level`` may hold peers back: it holds some account (one whose
-        rate per unit of weight is at ``HELD_AT`` x the level or over), accounts known
-        ``TENURE_RATIO`` x as long as the newest of those read too, and, for the cap
-        to engage (no level yet), the newer accounts together read at least as much
-        as those older ones."""
-        rated = [(self._weight(a), r) for a, r in self._rate.items() if r > 0.0]
-        held = min((w for w, r in rated if r / w >= HELD_AT * level), default=math.inf)
-        older = sum(r for w, r in rated if w >= TENURE_RATIO * held)
-        newer = sum(r for w, r in rated if w < TENURE_RATIO * held)
-        return older > 0.0 and (self.level is not None or newer >= older)
+    def _older_kept(self, level: float) -> bool:
+        """Whether ``level`` holds some account (its rate per unit of weight is at
+        ``HELD_AT`` x the level or over) while another that reads has been known
+        ``TENURE_RATIO`` x as long."""
+        held, oldest = math.inf, 0.0
+        for account, rate in self._rate.items():
+            if rate <= 0.0:
+                continue
+            w = self._weight(account)
+            oldest = max(oldest, w)
+            if rate / w >= HELD_AT * level:  # over the level, or held to it already
+                held = min(held, w)
+        return oldest >= TENURE_RATIO * held
 
     def _set_level(self, level: float | None) -> None:
         if level == math.inf:

@@ -377,3 +377,4 @@ def test_a_newcomer_asleep_on_the_cpu_cap_still_counts_toward_the_pool() -> None
     trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert sizes == [4]
     assert budget.counters.get("throttled.net_share") == 4
+    assert budget.counters.get("throttled.net_share.newcomers") == 4  # all in the pool

@@ -364,6 +364,7 @@ def report(
             f"throttled.reads={r['counters'].get('throttled.reads', 0)} "
             f"throttled.ms={r['counters'].get('throttled.ms', 0)} "
             f"throttled.net_share={r['counters'].get('throttled.net_share', 0)} "
+            f"(newcomers {r['counters'].get('throttled.net_share.newcomers', 0)}) "
             f"throttled.pool={r['counters'].get('throttled.pool', 0)} "
             f"frames_in={r['counters'].get('frames_in', 0)} "
             f"bytes_in={r['counters'].get('bytes_in', 0)}"

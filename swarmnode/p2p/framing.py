@@ -41,7 +41,8 @@ Invariants:
   also held to its fair share of the CPU the node may spend outside training: past
   the cap the heaviest wait, light ones not, and a peer known longer has the larger
   share (``netshare``: weighted by minutes known), counted as
-  ``throttled.net_share``. A frame counts 1 plus its messages.
+  ``throttled.net_share`` (``throttled.net_share.newcomers`` where the account held
+  was the newcomers' pool). A frame counts 1 plus its messages.
 """
 
 from __future__ import annotations
@@ -196,6 +197,8 @@ class ReadBudget:
             net_wait = self.net.charge(account, frames + msgs)
             if net_wait > 0:
                 self.counters.add("throttled.net_share")
+                if account == NEWCOMERS:  # which side of the tenure line the cap held
+                    self.counters.add("throttled.net_share.newcomers")
                 wait = max(wait, net_wait)
         if account == NEWCOMERS:
             # it reads again when the longest wait is over, its own budget's, the pool's

@@ -243,6 +243,14 @@ class Node:
             self.round = saved = restored or 0
             if restored:
                 log.info("resuming at round %d", restored + 1)
+            for jl in (metrics, items):  # rounds the restore undid (stopped before a save)
+                if moved := jl.rewind(saved):
+                    log.info(
+                        "moved %d lines of rounds after %d to %s",
+                        moved,
+                        saved,
+                        jl.path.with_suffix(".undone.jsonl").name,
+                    )
             self._tasks_side(trainer, restored or 0)
             if self.answers is not None:
                 sapo = self.cfg.sapo

@@ -11,7 +11,7 @@ from safetensors.torch import load_file
 
 from swarmnode.config import parse_config
 from swarmnode.learn.checkpoint import Checkpointer
-from swarmnode.learn.metrics import read_metrics
+from swarmnode.learn.metrics import JsonLines, read_metrics
 from swarmnode.learn.model import load_policy
 from swarmnode.learn.trainer import Trainer
 from tests.helpers import start_node, tiny_config, wait_rounds, write_config
@@ -36,8 +36,12 @@ def test_sigkill_resumes_exactly(tiny_model_dir: Path, tmp_path: Path) -> None:
 
     resumed = start_node(killed, "--max-rounds", str(k + 1))
     assert resumed.wait(timeout=300) == 0, resumed.stderr.read().decode()
-    new_lines = read_metrics(tmp_path / "a" / "metrics.jsonl")[lines_before:]
-    assert [r["round"] for r in new_lines] == [k + 1]
+    # rounds after round k (killed before their checkpoint) were undone: moved aside
+    assert [r["round"] for r in read_metrics(tmp_path / "a" / "metrics.jsonl")] == list(
+        range(1, k + 2)
+    )
+    undone = read_metrics(tmp_path / "a" / "metrics.undone.jsonl")
+    assert len(undone) == lines_before - k and all(r["round"] > k for r in undone)
     # The saved adapter itself is untouched by the restart.
     assert all(torch.equal(saved[n], t) for n, t in _adapter(newest).items())
 
@@ -128,3 +132,23 @@ def test_full_finetuning_trains_and_restores(tiny_model_dir: Path, tmp_path: Pat
     assert ckpt.restore_latest(fresh.policy.model, fresh.optimizer, fresh.generator) == 2
     restored = dict(fresh.policy.model.named_parameters())
     assert all(torch.equal(after[n], restored[n]) for n in after)
+
+
+def test_a_resume_moves_the_rounds_the_restore_undid(tmp_path: Path) -> None:
+    """A node stopped after round 5 with its newest checkpoint at round 3 redoes rounds
+    4 and 5: their first lines move to ``<name>.undone.jsonl`` and the file reads as if
+    uninterrupted; later appends go to the rewritten file."""
+    log = JsonLines(tmp_path / "metrics.jsonl")
+    for r in range(1, 6):
+        log.append({"round": r, "reward_mean": r / 10})
+    log.append({"note": "no round: stays"})
+    assert log.rewind(3) == 2
+    log.append({"round": 4, "reward_mean": 0.9})
+    log.close()
+    assert [r.get("round") for r in _lines(tmp_path / "metrics.jsonl")] == [1, 2, 3, None, 4]
+    assert [r["round"] for r in _lines(tmp_path / "metrics.undone.jsonl")] == [4, 5]
+    assert JsonLines(tmp_path / "metrics.jsonl").rewind(4) == 0  # nothing after 4
+
+
+def _lines(path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]

@@ -8,7 +8,11 @@ Role: the round record's type, its file, and the reader every consumer uses
 
 Invariants:
 - A line is written and flushed as soon as its round ends, so ``tail -f`` and a
-  crash both see every finished round; lines are appended, never rewritten.
+  crash both see every finished round; lines are appended, never rewritten, but
+  once, when a node resumes: lines of rounds after the checkpoint it restored (an
+  attempt the restore undid: it was stopped before saving them) move to
+  ``<name>.undone.jsonl`` (``JsonLines.rewind``), so each round appears once and a
+  resumed run's files read like an uninterrupted one's.
 - The line's keys are ``RoundRecord``'s field names: fields may be added, none
   renamed. ``read_rounds`` reads older files too: unknown keys are ignored, missing
   ones take their defaults (0: a node training alone has no network figures).
@@ -131,6 +135,31 @@ class JsonLines:
     def append(self, obj: dict[str, Any]) -> None:
         self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
         self._file.flush()
+
+    def rewind(self, last_round: int) -> int:
+        """Move the lines of rounds after ``last_round`` to ``<stem>.undone.jsonl``
+        (appended there, oldest first); the file is replaced atomically and reopened.
+        Lines without a round, or that do not parse, stay. Returns the lines moved."""
+        keep: list[str] = []
+        undone: list[str] = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                rnd = json.loads(line).get("round")
+            except (json.JSONDecodeError, AttributeError):
+                rnd = None
+            (undone if isinstance(rnd, int) and rnd > last_round else keep).append(line)
+        if not undone:
+            return 0
+        with self.path.with_suffix(".undone.jsonl").open("a", encoding="utf-8") as f:
+            f.writelines(line + "\n" for line in undone)
+            f.flush()
+            os.fsync(f.fileno())
+        self._file.close()
+        tmp = self.path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(line + "\n" for line in keep), encoding="utf-8")
+        os.replace(tmp, self.path)
+        self._file = self.path.open("a", encoding="utf-8")
+        return len(undone)
 
     def close(self) -> None:
         self._file.close()

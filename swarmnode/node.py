@@ -249,7 +249,7 @@ class Node:
                         "moved %d lines of rounds after %d to %s",
                         moved,
                         saved,
-                        jl.path.with_suffix(".undone.jsonl").name,
+                        jl.undone_path.name,
                     )
             self._tasks_side(trainer, restored or 0)
             if self.answers is not None:

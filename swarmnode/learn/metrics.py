@@ -136,6 +136,11 @@ class JsonLines:
         self._file.write(json.dumps(obj, separators=(",", ":")) + "\n")
         self._file.flush()
 
+    @property
+    def undone_path(self) -> Path:
+        """Where ``rewind`` moves the lines of undone rounds: ``<stem>.undone.jsonl``."""
+        return self.path.with_suffix(".undone.jsonl")
+
     def rewind(self, last_round: int) -> int:
         """Move the lines of rounds after ``last_round`` to ``<stem>.undone.jsonl``
         (appended there, oldest first); the file is replaced atomically and reopened.
@@ -150,7 +155,7 @@ class JsonLines:
             (undone if isinstance(rnd, int) and rnd > last_round else keep).append(line)
         if not undone:
             return 0
-        with self.path.with_suffix(".undone.jsonl").open("a", encoding="utf-8") as f:
+        with self.undone_path.open("a", encoding="utf-8") as f:
             f.writelines(line + "\n" for line in undone)
             f.flush()
             os.fsync(f.fileno())

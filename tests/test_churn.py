@@ -26,6 +26,7 @@ sleeps only space the kills.
 from __future__ import annotations
 
 import json
+import os
 import random
 import signal
 import statistics
@@ -58,12 +59,18 @@ class Member:
         self.proc = Proc(config, data)
         self.records: list[RoundRecord] = []
         self._offset = 0
+        self._inode = 0
 
     def rounds(self) -> list[RoundRecord]:
-        """Every round record so far (metrics.jsonl read incrementally, whole lines only)."""
+        """Every round record in metrics.jsonl (read incrementally, whole lines only).
+        A resumed node replaces the file without the rounds its restore undid: then it
+        is read again from the start."""
         path = self.data / "metrics.jsonl"
         if path.is_file():
             with path.open("rb") as f:
+                st = os.fstat(f.fileno())
+                if st.st_ino != self._inode or st.st_size < self._offset:
+                    self.records, self._offset, self._inode = [], 0, st.st_ino
                 f.seek(self._offset)
                 chunk = f.read()
             end = chunk.rfind(b"\n") + 1
@@ -87,7 +94,6 @@ class Kill:
     killed: float  # unix time
     recorded: int  # last round in metrics.jsonl when killed
     checkpoint: int  # newest checkpoint when killed
-    n_before: int  # records before the restart
     restarted: float | None = None
     accepted_at_restart: dict[str, int] = field(default_factory=dict)  # survivor -> from victim
     figures: dict[str, float] = field(default_factory=dict)
@@ -192,7 +198,6 @@ def _kill(k: int, victim: Member, down_s: float) -> Kill:
         killed=time.time(),
         recorded=before[-1].round if before else 0,
         checkpoint=victim.newest_checkpoint(),
-        n_before=len(before),
     )
 
 
@@ -222,8 +227,8 @@ def _poll(kills: list[Kill], trainers: list[Member]) -> None:
         if "mesh_s" not in got and swarm.get("mesh_size", 0) >= 1:
             got["mesh_s"] = since
         if v.trainer:
-            if x.first_round is None and len(v.rounds()) > x.n_before:
-                x.first_round = v.rounds()[x.n_before].round
+            if x.first_round is None:
+                x.first_round = next((r.round for r in v.rounds() if r.time > x.restarted), None)
             if "receives_s" not in got and _trained_from(v, x.restarted):
                 got["receives_s"] = since
             if "sends_s" not in got and any(

@@ -45,6 +45,9 @@ timed round; ours from ``StepStats``, TRL's from the completion masks its loss s
 ``--device cuda`` runs both systems on the GPU in bf16 (weights, sampling and
 training; TRL with ``bf16=True``) and adds ``peak_cuda_mib`` to the last line;
 ``--questions`` and ``--max-new-tokens`` size the round (defaults as above).
+``--model`` runs both on another model (a folder or Hugging Face id);
+``--packed-update`` and ``--micro-batch-tokens`` set swarmnode's update path
+(``train.packed_update``: ``auto`` packs rows of several groups on CUDA).
 """
 
 from __future__ import annotations
@@ -127,6 +130,22 @@ def parse_args() -> argparse.Namespace:
         help="swarmnode's rollout.dtype (default auto: bf16 where the CPU has bf16 instructions)",
     )
     p.add_argument(
+        "--model",
+        default="embedded:smollm2-135m",
+        help="model.name for both systems: the embedded default, a Hugging Face id or a folder",
+    )
+    p.add_argument(
+        "--packed-update",
+        choices=["auto", "on", "off"],
+        default="auto",
+        help="swarmnode's train.packed_update (auto: packed on cuda, per group on cpu)",
+    )
+    p.add_argument(
+        "--micro-batch-tokens",
+        type=int,
+        help="swarmnode's train.micro_batch_tokens (default: the config's; configs/gpu.yaml 8192)",
+    )
+    p.add_argument(
         "--trl-micro-batch",
         type=int,
         choices=[2, 4, 8, 16],
@@ -168,7 +187,12 @@ def bench_config(args: argparse.Namespace) -> Any:
     dtype = "bfloat16" if args.device == "cuda" else "float32"
     return parse_config(
         {
-            "model": {"device": args.device, "dtype": dtype, "threads": args.threads},
+            "model": {
+                "name": args.model,
+                "device": args.device,
+                "dtype": dtype,
+                "threads": args.threads,
+            },
             "rollout": {
                 "questions_per_round": args.questions,
                 "completions_per_question": COMPLETIONS,
@@ -177,7 +201,12 @@ def bench_config(args: argparse.Namespace) -> Any:
                 "top_p": 1.0,
                 "dtype": args.rollout_dtype,
             },
-            "train": {"seed": args.seed, "kl_coef": 0.0},
+            "train": {
+                "seed": args.seed,
+                "kl_coef": 0.0,
+                "packed_update": args.packed_update,
+                **({"micro_batch_tokens": mbt} if (mbt := args.micro_batch_tokens) else {}),
+            },
         },
         "bench",
     )
@@ -491,7 +520,7 @@ def last_line(args: argparse.Namespace, results: Results) -> str:
         + f" rounds={args.rounds} threads={args.threads}"
         + f" peak_rss_mib={resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024}"
         + (f" peak_cuda_mib={torch.cuda.max_memory_allocated() // 2**20}" if cuda else "")
-        + f" device={args.device}"
+        + f" device={args.device} packed_update={args.packed_update}"
     )
 
 

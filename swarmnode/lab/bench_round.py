@@ -129,9 +129,11 @@ def parse_args() -> argparse.Namespace:
         default="auto",
         help="swarmnode's rollout.dtype (default auto: bf16 where the CPU has bf16 instructions)",
     )
+    from swarmnode.config import EMBEDDED_MODEL
+
     p.add_argument(
         "--model",
-        default="embedded:smollm2-135m",
+        default=EMBEDDED_MODEL,
         help="model.name for both systems: the embedded default, a Hugging Face id or a folder",
     )
     p.add_argument(
@@ -185,6 +187,9 @@ def bench_config(args: argparse.Namespace) -> Any:
     from swarmnode.config import parse_config
 
     dtype = "bfloat16" if args.device == "cuda" else "float32"
+    train: dict[str, Any] = {"seed": args.seed, "kl_coef": 0.0, "packed_update": args.packed_update}
+    if args.micro_batch_tokens:  # else the config's default
+        train["micro_batch_tokens"] = args.micro_batch_tokens
     return parse_config(
         {
             "model": {
@@ -201,12 +206,7 @@ def bench_config(args: argparse.Namespace) -> Any:
                 "top_p": 1.0,
                 "dtype": args.rollout_dtype,
             },
-            "train": {
-                "seed": args.seed,
-                "kl_coef": 0.0,
-                "packed_update": args.packed_update,
-                **({"micro_batch_tokens": mbt} if (mbt := args.micro_batch_tokens) else {}),
-            },
+            "train": train,
         },
         "bench",
     )

@@ -13,33 +13,36 @@ true reward claims, so that nothing but their rate can count against them. Their
 gossipsub spam guard is off, and each counts what its router really queued for the
 victim (``sent``) apart from what its outbound queue dropped.
 
-Phases, each ``--phase-s`` seconds from the moment the flooders are meshed:
-``calm``; ``1peer`` (one identity, as fast as it can); ``5sybil`` (five, as fast as
-they can); ``5sybil_under`` (five, each under the per-originator rates:
-``--under-rate`` messages a second of ``--under-groups`` groups, so none is
-rate-limited or graylisted: the ingestion time budget, ``sapo.ingest_max_share``, is
-what must hold). A flood phase is valid when the flooders sent at least 100 messages
-to the victim and the victim counted at least 100 beyond the honest peer's. A
-graylisted flooder is cut off (it keeps redialling, as attackers do): that is the
-defence working, and the phase still lasts ``--phase-s``.
+Phases, each ``--phase-s`` seconds from the moment the flooders are meshed: ``calm``;
+``5idle`` (five raw hosts meshed with the victim that publish nothing: what five more
+peers cost whatever they send, the reference that tells a flood's own cost from the peer
+count's; the calm victim has one peer); ``1peer`` (one identity, as fast as it can);
+``5sybil`` (five, as fast as they can); ``5sybil_under`` (five, each under the
+per-originator rates: ``--under-rate`` messages a second of ``--under-groups`` groups, so
+none is rate-limited or graylisted: the ingestion time budget,
+``sapo.ingest_max_share``, is what must hold). A flood phase is valid when the flooders
+sent at least 100 messages to the victim and the victim counted at least 100 beyond the
+honest peer's (``5idle`` when its hosts were meshed). A graylisted flooder is cut off
+(it keeps redialling, as attackers do): that is the defence working, and the phase still
+lasts ``--phase-s``.
 
-Per phase: mean round time over the whole phase (and the median), honest groups
-accepted (the honest peer's ``accepted`` verdicts) and trained on
-(``external_by_peer``), groups and tokens the victim trained, the victim's counters
-(msgs_in, dropped.* and rejected.* by reason, peers_graylisted), ingestion verdicts,
-the flooders' score verdicts and seconds to graylist each, the ingest time share and
-the victim's log growth per minute (its stderr, default log level).
-``--cycles N`` runs the four phases N times in turn, so that the machine's drift and
-the model's own (its completions, and its rounds with them, change as it trains)
-fall on every phase alike; figures are then pooled per kind of phase. Last line, per
-phase: round-time ratio to calm (mean, with a 95% bootstrap interval over rounds;
-median; each cycle's), honest groups accepted/trained, groups/tokens the victim
-trained, flood sent and counted, flooders graylisted and seconds to it, ingest time
-share, log bytes per minute. Goal: ratios <= 1.10. Exit status 1 if a flood phase
-was not valid. ``--pin`` puts the victim alone on the first CPU and everything else
-on the others (its first field, ``victim_cpus``, is the victim's affinity as read
-from the running process), so that on a small machine the attackers' own CPU does
-not count against the victim.
+Per phase: mean round time over the whole phase (and the median), honest groups accepted
+(the honest peer's ``accepted`` verdicts) and trained on (``external_by_peer``), groups
+and tokens the victim trained, the victim's counters (msgs_in, dropped.* and rejected.*
+by reason, peers_graylisted), ingestion verdicts, the flooders' score verdicts and
+seconds to graylist each, the ingest time share and the victim's log growth per minute
+(its stderr, default log level). ``--cycles N`` runs the phases N times in turn, so that
+the machine's drift and the model's own (its completions, and its rounds with them,
+change as it trains) fall on every phase alike; figures are then pooled per kind of
+phase. Last line, per phase: round-time ratio to calm (mean, with a 95% bootstrap
+interval over rounds; median; each cycle's; and ``vs_5idle``, the same against ``5idle``
+where it ran), honest groups accepted/trained, groups/tokens the victim trained, flood
+sent and counted, flooders graylisted and seconds to it, ingest time share, log bytes
+per minute. Goal: ratios <= 1.10. Exit status 1 if a flood phase was not valid.
+``--pin`` puts the victim alone on the first CPU and everything else on the others (its
+first field, ``victim_cpus``, is the victim's affinity as read from the running
+process), so that on a small machine the attackers' own CPU does not count against the
+victim.
 
     nice -n 10 .venv/bin/python scripts/bench_flood.py --phase-s 60
 """
@@ -90,11 +93,14 @@ TOPIC = topic_for("default")
 # (``Victim.settle``), not to take the next phase's slots; honest groups wait a round.
 FRESHNESS_S = 60.0
 FLOODERS: list[subprocess.Popen[bytes]] = []  # killed on the way out, whatever happens
+UNDER = -1.0  # a phase's rate: --under-rate messages a second of --under-groups groups
+SILENT = -2.0  # a phase's rate: meshed with the victim, publishing nothing
 PHASES = (  # name, identities, messages/s per identity (0: as fast as it can), groups each
     ("calm", 0, 0.0, 1),
+    ("5idle", 5, SILENT, 0),
     ("1peer", 1, 0.0, 1),
     ("5sybil", 5, 0.0, 1),
-    ("5sybil_under", 5, -1.0, -1),  # -1: --under-rate / --under-groups
+    ("5sybil_under", 5, UNDER, -1),
 )
 
 
@@ -216,7 +222,8 @@ class Flooder:
 
     async def flood(self, k: int, host: Any, ps: Pubsub) -> None:
         """Publish ``rate`` messages a second (0: as fast as the connection takes
-        them) until the stop time; redial whenever the victim cut us off."""
+        them; ``SILENT``: none) until the stop time; redial whenever the victim cut
+        us off."""
         info, rate = self.info, self.rate
         i, next_at = 0, time.monotonic()
         while time.monotonic() < self.stop_at[0]:
@@ -228,6 +235,9 @@ class Flooder:
                     except Exception:  # refused: counted, tried again in a second
                         self.failed[k] += 1
                 await trio.sleep(1)
+                continue
+            if rate == SILENT:  # a peer like any other, with nothing to say
+                await trio.sleep(0.5)
                 continue
             queue = ps.peer_queues.get(info.peer_id)
             if queue is not None and len(queue) >= 8:
@@ -547,7 +557,9 @@ async def phase(
         round_s_median=round(statistics.median(times), 3) if times else None,
         rounds=len(times),
         flood_counted=flood_counted,
-        valid=not identities or (out.get("sent", 0) >= 100 and flood_counted >= 100),
+        valid=not identities
+        or rate == SILENT
+        or (out.get("sent", 0) >= 100 and flood_counted >= 100),
         honest_accepted=honest_v1.get("accepted", 0) - honest_v0.get("accepted", 0),
         honest_trained=sum(r.external_by_peer.get(honest, 0) for r in recs[1:]),
         groups_trained=sum(r.groups_trained for r in recs[1:]),
@@ -647,10 +659,16 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
         )
         gray = [s for r in rs for s in r["s_to_graylist"]]
         wr, wlo, whi = work_ratio(calm_rs, rs)
+        vs_idle = ""
+        if name not in ("calm", "5idle") and "5idle" in kinds:
+            idle = durations(kinds["5idle"])
+            ilo, ihi = ratio_interval(idle, d)
+            vs_idle = f" vs_5idle {statistics.fmean(d) / statistics.fmean(idle):.2f}"
+            vs_idle += f" [{ilo:.2f}, {ihi:.2f}]"
         parts.append(
             f"{name}{'' if all(r['valid'] for r in rs) else ' INVALID'}"
             f" ratio {statistics.fmean(d) / calm:.2f} [{lo:.2f}, {hi:.2f}]"
-            f" (median {statistics.median(d) / calm_median:.2f}) per_cycle {per_cycle}"
+            f" (median {statistics.median(d) / calm_median:.2f}) per_cycle {per_cycle}{vs_idle}"
             f" node_cpu_per_round_ratio {cpu_per_round(rs) / calm_cpu:.2f}"
             f" work_adjusted {wr:.3f} [{wlo:.3f}, {whi:.3f}]"
             f" outside_training_share {[r['outside_training_share'] for r in rs]}"
@@ -692,7 +710,7 @@ async def amain(args: argparse.Namespace) -> int:
             await asyncio.sleep(0.1)
         phases = [ph for ph in PHASES if ph[0] in args.phases.split(",")]
         for i, (name, n, rate, groups) in itertools.product(range(args.cycles), phases):
-            if rate < 0:
+            if rate == UNDER:
                 rate, groups = args.under_rate, args.under_groups
             flood, key = (n, rate, groups), f"{name}{i}"
             seed = 5000 + 100 * len(res)  # each phase's flood items new to the victim

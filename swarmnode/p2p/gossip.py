@@ -36,6 +36,8 @@ Invariants:
   (``dropped.subscription_full``).
 - The first copy of a message read from a stream over a relayed connection is
   counted (``msgs_in_via_relay``): what the swarm owes to circuit relays.
+- A peer is handed a topic's recent messages on subscribing (py-libp2p's replay) at
+  most once per ``REPLAY_EVERY_S``, however often it redials or re-announces.
 - Blacklisting a peer tears down only the stream it reset, with its send queue and
   router state, and never a peer that is already gone or back
   (``_teardown_if_connected``: py-libp2p's raised KeyError there and stopped the
@@ -77,6 +79,8 @@ GOSSIP_PROTOCOLS = (PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID)
 # pubsub caps whole RPC frames; one message plus its signed envelope must fit.
 MAX_RPC_BYTES = 1024 * 1024
 _RESET_TIMEOUT_S = 1.0  # a stream reset on blacklisting waits at most this long
+REPLAY_EVERY_S = 300.0  # a peer is handed a topic's recent messages at most this often
+MAX_REPLAYS_KEPT = 4096
 
 Deliver = Callable[[rpc_pb2.Message], None]
 
@@ -173,6 +177,8 @@ class HardenedPubsub(Pubsub):
         self._deliver: dict[str, Deliver] = {}
         # peer -> (its current inbound stream, whether that stream rides a relay)
         self._inbound: dict[ID, tuple[Any, bool]] = {}
+        # (peer, topic) -> when py-libp2p last replayed the topic's recent messages to it
+        self._replays: OrderedDict[tuple[ID, str], float] = OrderedDict()
 
     def reading(self) -> dict[str, Any]:
         """The CPU share outside training, its cap, and the level heavy peers are held to."""
@@ -330,6 +336,28 @@ class HardenedPubsub(Pubsub):
             self._counters.add("pubsub.stale_stream_replaced")
             self._handle_dead_peer(peer_id)
         await super()._handle_new_peer(peer_id)
+
+    async def _replay_recent_messages(self, peer_id: ID, topic: str) -> None:
+        """py-libp2p hands a newly subscribed peer the message cache's window for the
+        topic (not gossipsub's spec: it covers a publish racing the peer's stream
+        set-up), once per subscription, and forgets that on disconnect: a peer that
+        redials gets the whole window again, every time, and so does each fresh
+        identity. Here a peer gets it at most once per ``REPLAY_EVERY_S`` (bounded
+        memory, least recently replayed forgotten); a skipped one is counted
+        (``pubsub.replay_skipped``). IHAVE gossip still offers it what it missed."""
+        if peer_id in self.peers and topic not in self._replayed_recent_topics.get(
+            peer_id, ()
+        ):  # py-libp2p would replay now
+            now = trio.current_time()
+            last = self._replays.get((peer_id, topic))
+            if last is not None and now - last < REPLAY_EVERY_S:
+                self._counters.add("pubsub.replay_skipped")
+                return
+            self._replays[(peer_id, topic)] = now
+            self._replays.move_to_end((peer_id, topic))
+            while len(self._replays) > MAX_REPLAYS_KEPT:
+                self._replays.popitem(last=False)
+        await super()._replay_recent_messages(peer_id, topic)
 
     async def _teardown_if_connected(self, peer_id: ID) -> None:
         """What ``add_to_blacklist`` spawns: reset our stream to the peer and forget it.

@@ -1,0 +1,46 @@
+"""bench_flood's last line, from synthetic phases with known round times."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from swarmnode.lab.bench_flood import summary
+
+
+def _phase(durations: list[float], valid: bool = True) -> dict[str, Any]:
+    n = len(durations)
+    return {
+        "durations": durations,
+        "round_s": sum(durations) / n,
+        "cpu_s_per_round": sum(durations) / n,
+        "rounds": n,
+        "valid": valid,
+        "honest_accepted": n,
+        "honest_trained": n,
+        "groups_trained": n,
+        "tokens_trained": 10 * n,
+        "log_bytes_per_min": 0,
+        "s_to_graylist": [None] * 5,
+        "outside_training_share": 0.03,
+        "sent": 500,
+        "flood_counted": 400,
+        "ingest_time_share_max": 0.0,
+        "counters": {},
+        "work": [[100 + i % 7, 50 + i % 5] for i in range(n)],
+    }
+
+
+def test_flood_phases_are_given_against_calm_and_against_five_idle_peers() -> None:
+    calm = [1.0, 1.02, 0.98] * 20
+    line = summary(
+        {
+            "calm0": _phase(calm),
+            "5idle0": _phase([1.05 * d for d in calm]),
+            "5sybil0": _phase([1.155 * d for d in calm], valid=False),
+        }
+    )
+    sybil = line.split("; 5sybil ")[1]
+    assert sybil.startswith("INVALID ratio 1.16 [1.15, 1.16]")  # against calm
+    assert "vs_5idle 1.10 [1.09, 1.11]" in sybil  # 1.155 / 1.05, rounds resampled
+    idle = line.split("; 5idle ")[1].split(";")[0]
+    assert idle.startswith("ratio 1.05") and "vs_5idle" not in idle

@@ -94,3 +94,51 @@ def test_a_redialling_peer_gets_the_recent_messages_once_and_still_hears_new_one
     assert len(replays) == 1, f"replayed {len(replays)} times for one peer"
     assert counters.get("pubsub.replay_skipped") >= REDIALS
     assert len(heard) >= REDIALS + 1
+
+
+def test_a_peers_signed_record_is_consumed_once_not_per_control_frame() -> None:
+    """py-libp2p peers attach their signed peer record to every RPC frame; gossipsub's
+    ``handle_rpc`` verified and stored it again for every control frame (GRAFT, IHAVE,
+    IDONTWANT...), on top of the read loop's check."""
+    counters = Counters()
+    consumed: list[Any] = []
+
+    async def main() -> None:
+        node_host = new_host(listen_addrs=[LOOPBACK])
+        store = node_host.get_peerstore()
+        consume = store.consume_peer_record
+
+        def counted(envelope: Any, ttl: int) -> bool:
+            consumed.append(envelope)
+            return bool(consume(envelope, ttl))
+
+        store.consume_peer_record = counted  # type: ignore[method-assign]
+        node_gs = _gossipsub()
+        node = HardenedPubsub(node_host, node_gs, strict_signing=True, counters=counters)
+        peer_host = new_host(listen_addrs=[LOOPBACK])
+        peer_gs = _gossipsub()
+        peer = Pubsub(peer_host, peer_gs, strict_signing=True)
+        async with (
+            node_host.run(listen_addrs=[LOOPBACK]),
+            background_trio_service(node),
+            background_trio_service(node_gs),
+            peer_host.run(listen_addrs=[LOOPBACK]),
+            background_trio_service(peer),
+            background_trio_service(peer_gs),
+        ):
+            await node.wait_until_ready()
+            await peer.wait_until_ready()
+            await node.subscribe(TOPIC)
+            await peer.subscribe(TOPIC)
+            with trio.fail_after(DEADLINE_S):
+                await peer_host.connect(PeerInfo(node_host.get_id(), node_host.get_addrs()))
+                for i in range(20):  # each makes the stock peer send IDONTWANT frames
+                    await node.publish(TOPIC, f"m{i}".encode())
+                    await trio.sleep(0.05)
+                while counters.get("frames_in") < 10:
+                    await trio.sleep(0.05)
+        assert not node.manager.did_error
+
+    trio.run(main)
+    assert counters.get("frames_in") >= 10
+    assert len(consumed) <= 2, f"{len(consumed)} records consumed for one unchanged record"

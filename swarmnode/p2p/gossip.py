@@ -18,7 +18,8 @@ Invariants:
   Past ``max_net_share`` of a core spent outside training, the peers sending most are
   held to a fair share of it, whatever their number (``netshare``).
   A signed peer record is verified only when it changes (py-libp2p senders attach
-  it to every frame).
+  it to every frame), and only here: gossipsub's ``handle_rpc`` verified it again
+  for every control frame.
 - Then cheap checks in the read loop, each counted (``msgs_read``, then
   ``dropped.*``): graylisted forwarder or originator, seen before, the forwarder's
   message rate, gossipsub's publish-score gate; only then, in the message's task,
@@ -252,9 +253,13 @@ class HardenedPubsub(Pubsub):
                 rpc = rpc_pb2.RPC()
                 rpc.ParseFromString(frame)
                 await self._reads.pace(key, 1, 0, len(rpc.publish), until=closed)
-                if rpc.HasField("senderRecord") and not self._record_ok(rpc, peer_id):
-                    self._counters.add("rejected.peer_record")
-                    continue
+                if rpc.HasField("senderRecord"):
+                    if not self._record_ok(rpc, peer_id):
+                        self._counters.add("rejected.peer_record")
+                        continue
+                    # verified (or unchanged): gossipsub's handle_rpc would verify it
+                    # again for every control frame
+                    rpc.ClearField("senderRecord")
                 if rpc.publish:
                     self._counters.add("msgs_read", len(rpc.publish))
                 for msg in rpc.publish:

@@ -7,6 +7,7 @@ Every wait polls with a deadline; nothing asserts on a fixed sleep.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -14,7 +15,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -301,6 +302,41 @@ def raw_peer(
                     await trio.sleep(0.05)
 
     trio.run(main)
+
+
+@contextlib.asynccontextmanager
+async def hardened_and_stock(counters: Any) -> AsyncIterator[tuple[Any, Any, Any, Any]]:
+    """In a trio run: two loopback hosts, the node's ``HardenedPubsub`` and a stock
+    py-libp2p ``Pubsub`` (gossipsub heartbeat 0.2 s), both ready and subscribed to the
+    swarm topic, not yet connected. Yields (node_host, node, peer_host, peer); each
+    pubsub's router is its ``.router``."""
+    from libp2p import new_host
+    from libp2p.pubsub.gossipsub import GossipSub
+    from libp2p.pubsub.pubsub import Pubsub
+    from libp2p.tools.anyio_service import background_trio_service
+    from multiaddr import Multiaddr
+
+    from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, HardenedPubsub, topic_for
+
+    loopback = Multiaddr("/ip4/127.0.0.1/tcp/0")
+    node_host, peer_host = new_host(listen_addrs=[loopback]), new_host(listen_addrs=[loopback])
+    node_gs = GossipSub(list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=0.2)
+    peer_gs = GossipSub(list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=0.2)
+    node = HardenedPubsub(node_host, node_gs, strict_signing=True, counters=counters)
+    peer = Pubsub(peer_host, peer_gs, strict_signing=True)
+    async with (
+        node_host.run(listen_addrs=[loopback]),
+        background_trio_service(node),
+        background_trio_service(node_gs),
+        peer_host.run(listen_addrs=[loopback]),
+        background_trio_service(peer),
+        background_trio_service(peer_gs),
+    ):
+        await node.wait_until_ready()
+        await peer.wait_until_ready()
+        await node.subscribe(topic_for("default"))
+        await peer.subscribe(topic_for("default"))
+        yield node_host, node, peer_host, peer
 
 
 def score(completions: Any, entry: dict[str, Any]) -> tuple[list[float], list[float]]:

@@ -18,30 +18,21 @@ from typing import Any
 
 import trio
 import trio.testing
-from libp2p import new_host
 from libp2p.peer.id import ID
 from libp2p.peer.peerinfo import PeerInfo
 from libp2p.peer.peerstore import PeerStoreError
-from libp2p.pubsub.gossipsub import GossipSub
 from libp2p.pubsub.pubsub import Pubsub
-from libp2p.tools.anyio_service import background_trio_service
-from multiaddr import Multiaddr
 
 from swarmnode.p2p.contain import TaskGuard
-from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, HardenedPubsub, topic_for
+from swarmnode.p2p.gossip import topic_for
 from swarmnode.p2p.transport import GossipTransport, TransportError
 from swarmnode.share.inbox import Counters
 from swarmnode.share.wire import decode_batch
-from tests.helpers import batch, swarm_cfg, wait_for
+from tests.helpers import batch, hardened_and_stock, swarm_cfg, wait_for
 
-LOOPBACK = Multiaddr("/ip4/127.0.0.1/tcp/0")
 TOPIC = topic_for("default")
 CYCLES = 30
 DEADLINE_S = 30.0
-
-
-def _gossipsub() -> GossipSub:
-    return GossipSub(list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=0.2)
 
 
 async def _registered(pubsub: Pubsub, peer: object, want: bool) -> None:
@@ -82,24 +73,8 @@ def test_graylisting_and_disconnecting_the_same_peer_at_once_many_times() -> Non
     counters = Counters()
 
     async def main() -> None:
-        node_host = new_host(listen_addrs=[LOOPBACK])
-        node_gs = _gossipsub()
-        node = HardenedPubsub(node_host, node_gs, strict_signing=True, counters=counters)
-        peer_host = new_host(listen_addrs=[LOOPBACK])
-        peer_gs = _gossipsub()
-        peer = Pubsub(peer_host, peer_gs, strict_signing=True)
-        async with (
-            node_host.run(listen_addrs=[LOOPBACK]),
-            background_trio_service(node),
-            background_trio_service(node_gs),
-            peer_host.run(listen_addrs=[LOOPBACK]),
-            background_trio_service(peer),
-            background_trio_service(peer_gs),
-        ):
-            await node.wait_until_ready()
-            await peer.wait_until_ready()
-            await node.subscribe(TOPIC)
-            await peer.subscribe(TOPIC)
+        async with hardened_and_stock(counters) as (node_host, node, peer_host, _peer):
+            node_gs = node.router
             target = PeerInfo(node_host.get_id(), node_host.get_addrs())
             pid = peer_host.get_id()
             stale: trio.Event | None = None  # a slow teardown still running

@@ -731,12 +731,12 @@ async def amain(args: argparse.Namespace) -> int:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--phase-s", type=float, default=60.0, help="seconds each phase lasts")
-    ap.add_argument("--cycles", type=int, default=1, help="times the four phases run, in turn")
+    ap.add_argument("--cycles", type=int, default=1, help="times the phases run, in turn")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument(
         "--phases",
         default=",".join(p[0] for p in PHASES),
-        help="the phases a cycle runs, comma-separated, in this order: calm,1peer,5sybil,"
+        help="the phases a cycle runs, comma-separated, in this order: calm,5idle,1peer,5sybil,"
         "5sybil_under (default: all; the ratios need calm)",
     )
     ap.add_argument("--questions", type=int, default=2)

@@ -11,7 +11,9 @@ import trio
 from libp2p.host.exceptions import StreamFailure
 from libp2p.peer.id import ID
 from libp2p.protocol_muxer.exceptions import MultiselectClientError
+from libp2p.stream_muxer.yamux.yamux import Yamux
 
+from swarmnode.p2p import liveness
 from swarmnode.p2p.liveness import Liveness
 from swarmnode.share.inbox import Counters
 
@@ -187,3 +189,66 @@ def test_a_peer_without_ping_is_not_dead_and_no_reply_still_is() -> None:
         assert snap["ping_unverifiable"] == 7 and snap["ping_missed"] == 2
 
     trio.run(main)
+
+
+class YamuxConn:
+    """A connection multiplexed by yamux (no socket behind it)."""
+
+    def __init__(self) -> None:
+        self.muxed_conn = Yamux.__new__(Yamux)  # only its type and is_closed are read
+        self.muxed_conn.event_shutting_down = trio.Event()
+        self.muxed_conn.event_closed = trio.Event()
+
+
+class YamuxHost(FakeHost):
+    """ALIVE's connection is yamux and answers its pings; DEAD's is yamux and does
+    not. Opening a stream fails the test: the muxer is asked, not /ipfs/ping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.connected = {ALIVE, DEAD}
+        self.socket_closed = {p: trio.Event() for p in self.connected}
+
+    def get_connections(self, peer: ID) -> list[Any]:
+        return [YamuxConn()] if peer in self.connected else []
+
+    async def new_stream(self, peer: ID, protocols: list[Any]) -> EchoStream:
+        raise AssertionError("a yamux connection is asked through its muxer")
+
+
+def test_a_yamux_connection_is_asked_by_its_muxer_not_a_ping_stream(
+    monkeypatch: Any,
+) -> None:
+    host, counters = YamuxHost(), Counters()
+    asked: list[bool] = []
+
+    async def yamux_ping(conn: Yamux) -> bool:
+        asked.append(True)
+        if conn is dead_conn[0]:
+            await trio.sleep_forever()
+        return True
+
+    dead_conn: list[Any] = [None]
+    get = host.get_connections
+
+    def connections(peer: ID) -> list[Any]:
+        conns = get(peer)
+        if peer == DEAD and conns:
+            dead_conn[0] = conns[0].muxed_conn
+        return conns
+
+    monkeypatch.setattr(host, "get_connections", connections)
+    monkeypatch.setattr(liveness, "yamux_ping", yamux_ping)
+
+    async def main() -> None:
+        live = Liveness(host, counters, timeout_s=0.2, interval_s=0.0, misses=2)
+        with trio.fail_after(10):
+            async with trio.open_nursery() as nursery:
+                assert await live.check(nursery) == []
+                await trio.sleep(0.05)
+                assert await live.check(nursery) == [DEAD]
+
+    trio.run(main)
+    snap = counters.snapshot()
+    assert snap["ping_via_muxer"] == 2 and snap["ping_missed"] == 2
+    assert "ping_unsupported" not in snap and len(asked) == 4

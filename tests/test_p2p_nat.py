@@ -21,6 +21,7 @@ from libp2p.peer.id import ID
 
 from swarmnode.config import ConfigError, parse_config
 from swarmnode.ops.report import format_peers, format_status
+from swarmnode.p2p import autonat
 from swarmnode.p2p.identity import create_psk
 from swarmnode.p2p.nat import split_circuit
 from swarmnode.p2p.transport import GossipTransport
@@ -213,3 +214,26 @@ def test_a_circuit_ending_leaves_the_other_circuits_of_its_peer_alone() -> None:
     assert src1.closed and dst1.closed
     assert not src2.closed and not dst2.closed  # the other circuit lives
     assert relay._active_relays[b] == (src2, dst2) and relay.circuits == 0
+
+
+def test_is_relayed_is_kept_once_the_transport_info_is_set() -> None:
+    class Kind:
+        def __init__(self, value: str) -> None:
+            self.value = value
+
+    class Conn:
+        def __init__(self, addrs: list[str] | None, kind: str) -> None:
+            self._actual_transport_addresses, self.kind, self.asked = addrs, kind, 0
+
+        def get_connection_type(self) -> Kind:
+            self.asked += 1
+            return Kind(self.kind)
+
+    early = Conn(None, "direct")  # transport info not set yet: asked again
+    assert not autonat.is_relayed(early) and not autonat.is_relayed(early)
+    assert early.asked == 2
+    early._actual_transport_addresses, early.kind = ["/p2p-circuit"], "relayed"
+    assert autonat.is_relayed(early)  # what it became once set
+    conn = Conn(["/ip4/1.2.3.4/tcp/1"], "relayed")
+    assert autonat.is_relayed(conn) and autonat.is_relayed(conn) and conn.asked == 1
+    assert not autonat.is_relayed(None)

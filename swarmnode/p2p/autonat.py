@@ -27,10 +27,12 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import logging
 import random
 import time
+import weakref
 from typing import Any
 
 import multiaddr
@@ -69,8 +71,28 @@ logging.getLogger("libp2p.network.swarm").addFilter(_DialBackNoise())
 PUBLIC, PRIVATE, UNKNOWN = "public", "private", "unknown"
 
 
+_RELAYED: weakref.WeakKeyDictionary[Any, bool] = weakref.WeakKeyDictionary()
+
+
 def is_relayed(conn: Any) -> bool:
-    """True if a swarm connection runs through a circuit relay (False if unknown)."""
+    """True if a swarm connection runs through a circuit relay (False if unknown).
+
+    Once py-libp2p has set a connection's transport information (its addresses and
+    type, set together), the answer never changes, so it is kept for the
+    connection's life: the NAT snapshot asks for every connection twice a second,
+    and the fallback formats every address."""
+    try:
+        return _RELAYED[conn]
+    except (KeyError, TypeError):  # not seen yet, or not weak-referenceable
+        pass
+    relayed = _relayed(conn)
+    if getattr(conn, "_actual_transport_addresses", None) is not None:
+        with contextlib.suppress(TypeError):  # an object without weak references
+            _RELAYED[conn] = relayed
+    return relayed
+
+
+def _relayed(conn: Any) -> bool:
     try:
         if conn.get_connection_type().value == "relayed":
             return True

@@ -274,6 +274,7 @@ class HardenedPubsub(Pubsub):
                         for sub in rpc.subscriptions:
                             self.handle_subscription(peer_id, sub)
                 if rpc.HasField("control"):
+                    self._count_control(rpc.control)
                     await self.router.handle_rpc(rpc, peer_id)
         except MessageTooLarge:
             raise  # a protocol error: counted, stream reset (``_read_stream``)
@@ -281,6 +282,14 @@ class HardenedPubsub(Pubsub):
             if isinstance(err, IncompleteReadError) and reader.buf:
                 raise  # cut inside a frame: a protocol error, as above
             log.debug("pubsub stream from %s ended: %r", peer_id, err)
+
+    def _count_control(self, control: rpc_pb2.ControlMessage) -> None:
+        """``control.<kind>``: the control entries read, by kind (IHAVE, IWANT, GRAFT,
+        PRUNE, IDONTWANT), what a peer's frames without a message are made of."""
+        for kind in ("ihave", "iwant", "graft", "prune", "idontwant"):
+            n = len(getattr(control, kind))
+            if n:
+                self._counters.add(f"control.{kind}", n)
 
     def _record_ok(self, rpc: rpc_pb2.RPC, peer_id: ID) -> bool:
         raw = rpc.senderRecord

@@ -12,14 +12,18 @@ misses ``misses`` checks in a row is disconnected and counted (``peers_unrespons
 Gossipsub then fills the mesh from live peers, and the bootstrap and discovery loops
 dial the peer again, with their own backoff, until the path is back.
 
-A check asks the peer's libp2p ping (``/ipfs/ping/1.0.0``). Ping is optional in
-libp2p (js-libp2p runs none by default), and a missing optional protocol is not a
-dead peer: a peer that refuses ping in protocol negotiation has answered (alive this
-round, ``ping_unsupported``), and from then on, or when identify already says it
-serves no ping, it is asked through its connection's own muxer instead: a yamux
-ping, which every yamux implementation answers (``ping_via_muxer``). A connection
-whose muxer cannot be asked shows nothing either way and is not a miss
-(``ping_unverifiable``). Only no reply at all is a miss (``ping_missed``).
+A check is a yamux ping on the peer's connection: one frame each way, no stream,
+no protocol negotiation, answered by every yamux implementation
+(``ping_via_muxer``). It asked libp2p's ping (``/ipfs/ping/1.0.0``) first, which
+opens a stream and negotiates it every time: with five idle stock peers that was
+about a tenth of the libp2p thread's CPU (issue 28). A connection with another
+muxer is asked libp2p's ping. Ping is optional in libp2p (js-libp2p runs none by
+default), and a missing optional protocol is not a dead peer: a peer that refuses
+ping in protocol negotiation has answered (alive this round, ``ping_unsupported``),
+and one that refused it, or whose identify says it serves no ping, is not asked it
+again; a connection that can be asked neither way shows nothing either way and is
+not a miss (``ping_unverifiable``). Only no reply at all is a miss
+(``ping_missed``).
 
 Invariants:
 - A round waits at most ``timeout_s`` for its checks, and never for a ping task: on
@@ -126,23 +130,32 @@ class Liveness:
             self._progress.set()
 
     async def _probe(self, peer: ID) -> bool:
-        """True if the peer answered: its libp2p ping, a refusal of it, or its muxer."""
+        """True if the peer answered: its muxer, its libp2p ping, or a refusal of it."""
+        conns = list(self.host.get_network().get_connections(peer))
+        muxers = [getattr(c, "muxed_conn", None) for c in conns]
+        yamux = [m for m in muxers if isinstance(m, Yamux) and not m.is_closed]
+        if yamux:
+            if await yamux_ping(yamux[0]):
+                self.counters.add("ping_via_muxer")
+                return True
+            return False
         if peer not in self.no_ping and not self._serves_no_ping(peer):
             try:
                 stream = await self.host.new_stream(peer, [PING_PROTOCOL])
             except Exception as err:
                 if not _refused(err):
                     raise
-                self.no_ping.add(peer)  # it answered "na": alive, and asked otherwise next
+                self.no_ping.add(peer)  # it answered "na": alive, and not asked again
                 self.counters.add("ping_unsupported")
-                log.debug("peer %s serves no %s: asking its connection", peer, PING_PROTOCOL)
+                log.debug("peer %s serves no %s", peer, PING_PROTOCOL)
                 return True
             try:
                 await perform_ping_roundtrip(stream)
                 return True
             finally:
                 await stream.reset()  # one ping per stream; nothing to flush
-        return await self._muxer_ping(peer)
+        self.counters.add("ping_unverifiable")  # nothing to ask: not a miss
+        return bool(conns)
 
     def _serves_no_ping(self, peer: ID) -> bool:
         """Identify has told us the peer's protocols, and ping is not among them."""
@@ -153,21 +166,7 @@ class Liveness:
         if protocols and str(PING_PROTOCOL) not in protocols:
             self.no_ping.add(peer)
             self.counters.add("ping_unsupported")
-            log.debug("peer %s lists no %s: asking its connection", peer, PING_PROTOCOL)
-            return True
-        return False
-
-    async def _muxer_ping(self, peer: ID) -> bool:
-        """A yamux ping on the peer's connection (its answer is the muxer's, which every
-        yamux implementation gives); True if the connection cannot be asked."""
-        conns = list(self.host.get_network().get_connections(peer))
-        muxers = [m for m in (getattr(c, "muxed_conn", None) for c in conns) if m is not None]
-        yamux = [m for m in muxers if isinstance(m, Yamux) and not m.is_closed]
-        if not yamux:
-            self.counters.add("ping_unverifiable")
-            return bool(conns)
-        if await yamux_ping(yamux[0]):
-            self.counters.add("ping_via_muxer")
+            log.debug("peer %s lists no %s", peer, PING_PROTOCOL)
             return True
         return False
 

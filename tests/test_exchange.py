@@ -263,3 +263,31 @@ def test_publish_rate_skips_rounds_and_counts_them(tmp_path: Path) -> None:
             await b.exchange.stop()
 
     asyncio.run(main())
+
+
+def test_a_fast_node_publishes_within_what_its_peers_accept(tmp_path: Path) -> None:
+    """Rounds faster than peers take from one originator (5 msgs/s by default): the
+    excess is not published and counted; what goes out stays within half the burst,
+    so no peer's origin limit ever drops it (and scores the node down)."""
+
+    async def main() -> None:
+        net = MemoryNetwork()
+        cfg = _config(tmp_path)
+        a, b = Side(net, "A", cfg), Side(net, "B", cfg)
+        await a.exchange.start()
+        await b.exchange.start()
+        try:
+            for r in range(1, 41):  # 40 rounds at once: a tiny model on a fast machine
+                await a.exchange.publish(r, [make_group(r, created=time.time())])
+            sent = a.exchange.published["messages"]
+            over = a.exchange.published["rounds_over_pace"]
+            assert sent + over == 40
+            assert sent <= cfg.swarm.origin_msgs_burst / 2 + 1  # the half-burst, and a
+            # token that may have refilled meanwhile
+            await wait_for(lambda: b.exchange.offers == sent, "B got what A sent")
+            assert a.exchange.status().to_json()["published"]["rounds_over_pace"] == over
+        finally:
+            await a.exchange.stop()
+            await b.exchange.stop()
+
+    asyncio.run(main())

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from swarmnode.share.publish_rate import PublishRate
+from swarmnode.share.publish_rate import OwnPace, PublishRate
 
 
 def simulate(n: int, target: float, round_s: float = 10.0, rounds: int = 60) -> list[float]:
@@ -61,3 +61,44 @@ def test_bad_settings_are_refused() -> None:
         PublishRate(0.0, "me")
     with pytest.raises(ValueError):
         PublishRate(1.0, "me", p_min=0.0)
+
+
+def test_own_pace_keeps_under_half_of_what_peers_accept() -> None:
+    now = [0.0]
+    pace = OwnPace(msgs_per_s=5.0, msgs_burst=20.0, groups_per_s=32.0, clock=lambda: now[0])
+    admitted = 0
+    for _ in range(200):  # 200 rounds of 4 groups, 0.1 s apart: 10 rounds a second
+        admitted += pace.admit(4)
+        now[0] += 0.1
+    # 20 s at 2.5 msgs/s plus a burst of 10; the groups (4 a round) stay under 16/s
+    assert 50 <= admitted <= 61
+    assert admitted * 4 / 20.0 <= 16.0 + 10 * 4 / 20.0
+
+
+def test_own_pace_refuses_nothing_at_a_normal_round_time() -> None:
+    now = [0.0]
+    pace = OwnPace(5.0, 20.0, 32.0, clock=lambda: now[0])
+    for _ in range(100):  # a round every 2 s, 16 groups each
+        assert pace.admit(16)
+        now[0] += 2.0
+
+
+def test_own_pace_bills_large_rounds_and_split_messages_as_debt() -> None:
+    now = [0.0]
+    pace = OwnPace(5.0, 20.0, 32.0, clock=lambda: now[0])
+    assert pace.admit(48)  # a full bucket admits one large round: 32 groups of debt
+    assert not pace.admit(1)  # nothing until the debt is paid at 16 groups/s
+    now[0] += 2.0
+    assert not pace.admit(1)
+    now[0] += 0.1
+    assert pace.admit(1)
+    pace.charge_extra_messages(30)  # that round went out as 31 messages
+    now[0] += 1.0
+    assert not pace.admit(1)  # 2.5 msgs/s pays 30 - 9 tokens back in about 8.4 s
+    now[0] += 8.0
+    assert pace.admit(1)
+
+
+def test_own_pace_refuses_a_bad_share() -> None:
+    with pytest.raises(ValueError):
+        OwnPace(5.0, 20.0, 32.0, share=0.0)

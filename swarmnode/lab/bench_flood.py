@@ -4,8 +4,10 @@ The victim is a ``swarmnode start`` process training a tiny model (swarmnode/lab
 or ``--model`` (e.g. the embedded model a user's node runs), in a swarm, with
 ``--external`` peer groups per round. An honest peer (a ``GossipTransport`` in this
 process) publishes one realistic batch of catalog items each time the victim
-finishes a round, as in scripts/bench_swarm.py. Flooders run in a separate process
-(``--flooder``): raw py-libp2p hosts with Ed25519 identities, one each, that join
+finishes a round, as in scripts/bench_swarm.py, within the pace a node keeps
+(``OwnPace``: where the victim's rounds are faster than 2.5 a second, the rounds over
+it are not published, as a node would not publish them). Flooders run in a separate
+process (``--flooder``): raw py-libp2p hosts with Ed25519 identities, one each, that join
 the topic, wait until the victim is in their mesh, then publish (as fast as their
 connection to the victim takes them, or at a set rate) validly signed, well-formed
 messages (msgpack built here, never swarmnode's encoder) of real catalog items with
@@ -86,6 +88,7 @@ from swarmnode.learn.tasks import TaskMix
 from swarmnode.ops.control import ControlError, query_status
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
 from swarmnode.p2p.transport import GossipTransport
+from swarmnode.share.publish_rate import OwnPace
 from swarmnode.share.wire import encode_batch
 
 TOPIC = topic_for("default")
@@ -334,7 +337,10 @@ async def honest_peer(
     ids: list[str],
     published: list[int],
 ) -> None:
-    """Publishes one realistic batch each time the victim finishes a round."""
+    """Publishes one realistic batch each time the victim finishes a round, within
+    ``OwnPace`` (as the node's own exchange does): an honest peer that published
+    faster than the victim's per-originator rate would be rate-limited, scored down
+    and disconnected by it, and its groups would be missing from every later phase."""
     cfg = SwarmConfig(
         enabled=True, listen=["/ip4/127.0.0.1/tcp/0"], bootstrap=[addr], discovery_interval_s=0.5
     )
@@ -343,11 +349,14 @@ async def honest_peer(
     score = make_scorer(0.0)  # honest: the rewards it claims are the ones the victim finds
     await peer.start()
     ids.append(peer.peer_id)
+    pace = OwnPace(cfg.origin_msgs_per_s, cfg.origin_msgs_burst, cfg.origin_groups_per_s)
     rng, seen = random.Random(0), 0
     try:
         while not stop.is_set():
             n = len(read_rounds(node_data / "metrics.jsonl"))
             for r in range(seen + 1, n + 1):
+                if not pace.admit(q):
+                    continue
                 groups = peer_batch(mix, r, q, g, 0, rng)
                 for grp in groups:
                     grp.rewards = score(grp.completions, mix.regenerate(grp.ref))[0]

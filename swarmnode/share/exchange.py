@@ -41,6 +41,10 @@ Invariants:
 - With ``swarm.target_msgs_per_s`` set, a round is published only on
   ``PublishRate``'s coin (``published.rounds_skipped`` counts the others), so a
   large swarm's total traffic stays near the target (swarmnode/share/publish_rate.py).
+- A round is published only within ``OwnPace`` (half of what peers accept from one
+  originator under this node's swarm settings); ``published.rounds_over_pace``
+  counts the others, so a fast node is never rate-limited, scored down and
+  graylisted by honest peers for rounds they would drop anyway.
 - A batch that does not encode is halved until it does; a single group that still
   cannot be sent is dropped and counted (``publish_dropped``), never fatal.
 - With J = 0 in a swarm, groups are still verified (cheap: see scripts/bench_swarm.py),
@@ -66,7 +70,7 @@ from swarmnode.learn.metrics import RoundRecord
 from swarmnode.learn.tasks import preload
 from swarmnode.share.ingest import IngestQueue
 from swarmnode.share.ingest_guard import IngestGuard
-from swarmnode.share.publish_rate import PublishRate
+from swarmnode.share.publish_rate import OwnPace, PublishRate
 from swarmnode.share.swarmview import PeerBook
 from swarmnode.share.transport import Transport, TransportError, TransportStats
 from swarmnode.share.wire import WireError, decode_batch, encode_batch
@@ -191,6 +195,8 @@ class RolloutExchange:
         self.published = Counter({"messages": 0, "groups": 0, "bytes": 0})
         self.offers = 0
         self.rate: PublishRate | None = None  # built at the first publish (needs the peer ID)
+        sw = cfg.swarm
+        self.pace = OwnPace(sw.origin_msgs_per_s, sw.origin_msgs_burst, sw.origin_groups_per_s)
         self.peers = PeerBook()  # what gossip says about each peer (dashboard)
         self._task: asyncio.Task[None] | None = None
 
@@ -278,6 +284,9 @@ class RolloutExchange:
         if not self._publish_this_round(round_index):
             self.published["rounds_skipped"] += 1
             return 0
+        if not self.pace.admit(len(groups)):
+            self.published["rounds_over_pace"] += 1
+            return 0
         if not self.transport.running:  # died since the pump last looked
             self._fail(DEAD_TRANSPORT)
             return 0
@@ -290,6 +299,7 @@ class RolloutExchange:
         except TransportError as err:  # died while the batch was encoded
             self._fail(f"{DEAD_TRANSPORT}: {err}")
             return 0
+        self.pace.charge_extra_messages(len(payloads) - 1)
         self.published["messages"] += len(payloads)
         self.published["groups"] += len(groups)
         self.published["bytes"] += sum(len(p) for p in payloads)

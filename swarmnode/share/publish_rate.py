@@ -16,6 +16,12 @@ Invariants:
   every node publishes every round.
 - The decision for a round is a deterministic hash of (peer ID, round): restarts and
   tests reproduce it; different nodes' choices are independent.
+- ``OwnPace``: whatever ``p`` says, a node never publishes faster than half of what
+  its peers accept from one originator under its own settings
+  (``swarm.origin_msgs_per_s`` / ``origin_groups_per_s``): peers drop the excess and
+  lower the sender's score, so a node whose rounds run faster than that (a fast GPU,
+  a tiny model) would otherwise be graylisted by honest peers. A round over the pace
+  is not published (counted), never queued: queued rounds would only arrive late.
 - The rate is measured over the last ``window_s`` seconds of the transport's count
   of delivered peer messages; with less than ``min_window_s`` of history, ``p`` is
   left as it is. Each update moves ``p`` by the square root of the ratio
@@ -29,6 +35,8 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
+
+from swarmnode.share.ratelimit import TokenBucket
 
 
 class PublishRate:
@@ -68,3 +76,46 @@ class PublishRate:
         """Whether this round is published: a coin with bias ``p``, fixed per round."""
         digest = hashlib.blake2b(f"{self.peer_id}:{round_index}".encode(), digest_size=8)
         return int.from_bytes(digest.digest(), "big") / 2**64 < self.p
+
+
+class OwnPace:
+    """This node's own messages and groups a second, at ``share`` of what peers accept.
+
+    Two token buckets (messages, groups) at ``share`` of the peers' per-originator
+    rates, with ``share`` of their bursts; ``admit`` decides before any encoding,
+    ``charge`` bills what a round really cost (a round split into several messages
+    goes into debt, which later rounds pay back)."""
+
+    def __init__(
+        self,
+        msgs_per_s: float,
+        msgs_burst: float,
+        groups_per_s: float,
+        share: float = 0.5,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        if not 0 < share <= 1:
+            raise ValueError("share must be in (0, 1]")
+        now, self.clock = clock(), clock
+        self.msgs = TokenBucket(msgs_per_s * share, max(1.0, msgs_burst * share), now)
+        self.groups = TokenBucket(groups_per_s * share, groups_per_s * share, now)
+
+    def admit(self, n_groups: int) -> bool:
+        """Whether a round of ``n_groups`` may be published now (then it is charged one
+        message and its groups; nothing is charged if not). A round larger than one
+        second of the group rate is admitted when the bucket is full and goes into debt."""
+        now = self.clock()
+        if not self.msgs.take(1, now):
+            return False
+        need = min(n_groups, self.groups.burst)
+        if not self.groups.take(need, now):
+            self.msgs.tokens += 1  # refund: this round is not sent
+            return False
+        if n_groups > need:
+            self.groups.reserve(n_groups - need, now)
+        return True
+
+    def charge_extra_messages(self, n: int) -> None:
+        """A round that went out as 1 + ``n`` messages: bill the ``n`` beyond the first."""
+        if n > 0:
+            self.msgs.reserve(n, self.clock())

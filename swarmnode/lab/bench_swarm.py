@@ -9,8 +9,12 @@ same groups and machine noise hits both alike:
   identities, one process). Every time ``swarm`` finishes a round, each peer
   publishes one realistic batch (same shape as the node's own: Q groups x G
   completions of real catalog items, some right and some wrong, so that the node
-  verifies each one by regeneration and re-scores it). The node publishes its own
-  groups every round, receives ~3 batches a round and verifies them. With the
+  verifies each one by regeneration and re-scores it), within the pace a node keeps
+  (``OwnPace``, 2.5 messages a second under the default origin rate: without it, at
+  the tiny model's 0.09 s rounds each peer sent 11 a second against the node's
+  per-originator limit of 5, and the node heard about one batch a round of the
+  three sent). The node publishes its own groups within the same pace, verifies what
+  it hears, and ``msgs_in_per_round`` in the output says how much that was. With the
   default ``--external 0`` the update holds only local groups, so the two nodes do
   identical compute and the difference is the price of being in the swarm
   (libp2p thread, encoding, validation, verification). ``--external J`` also trains
@@ -59,6 +63,7 @@ from swarmnode.learn.metrics import read_rounds
 from swarmnode.learn.tasks import TaskMix
 from swarmnode.ops.control import ControlError, query_status
 from swarmnode.p2p.transport import GossipTransport
+from swarmnode.share.publish_rate import OwnPace
 from swarmnode.share.wire import encode_batch
 
 TASKS = {
@@ -134,7 +139,8 @@ def peer_batch(
 async def replay_peers(
     args: argparse.Namespace, tmp: Path, node_data: Path, stop: asyncio.Event
 ) -> None:
-    """Three peers that publish one batch each whenever the node finishes a round."""
+    """Three peers that publish one batch each whenever the node finishes a round,
+    each within ``OwnPace`` (rounds over it are not published, as a node's are not)."""
     addr = None
     while addr is None:
         try:
@@ -151,13 +157,19 @@ async def replay_peers(
         mixes.append(TaskMix(parse_config({"tasks": spec}).tasks))
     for p in peers:
         await p.start()
+    paces = [
+        OwnPace(cfg.origin_msgs_per_s, cfg.origin_msgs_burst, cfg.origin_groups_per_s)
+        for _ in peers
+    ]
     rng = random.Random(0)
     seen = 0
     try:
         while not stop.is_set():
             n = len(read_rounds(node_data / "metrics.jsonl"))
             for r in range(seen + 1, n + 1):
-                for p, mix in zip(peers, mixes, strict=True):
+                for p, mix, pace in zip(peers, mixes, paces, strict=True):
+                    if not pace.admit(args.questions):
+                        continue
                     groups = peer_batch(mix, r, args.questions, args.completions, args.chars, rng)
                     await p.publish(encode_batch("default", r, groups))
             seen = n

@@ -67,12 +67,13 @@ for seed in 0 1; do
 done
 # Step 3: where peers bring what a node cannot replay (issue 27: if sharing does not beat
 # self-replay): nodes of different specialties (--hetero 6: each node draws 75% of its
-# items from its own dataset of the three), heavy-pos against self-replay, 3 each, 60 rounds.
+# items from its own dataset of the three), heavy-pos against self-replay, 60 rounds:
+# heavy-pos 5 swarms (seeds 0-4), self-replay 3 runs (12 lone nodes), as in main60.
 # heavy-pos first in each seed: the shorter piece (40-60 min against 90+ on a quiet
 # machine), so a session that stops mid-seed lands one of the pair.
 # Base: specialties-fp32.yaml (sampling pinned to float32, what 'auto' gave on the
 # machines of main60 and easy40; the first hetero60 machine had bf16 instructions).
-for seed in 0 1 2; do
+for seed in 0 1 2 3 4; do
   piece "$here/specialties-fp32.yaml" 60 heavy-pos "$seed" hetero60 --hetero 6
-  piece "$here/specialties-fp32.yaml" 60 self-replay "$seed" hetero60 --hetero 6
+  [ "$seed" -le 2 ] && piece "$here/specialties-fp32.yaml" 60 self-replay "$seed" hetero60 --hetero 6
 done

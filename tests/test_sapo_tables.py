@@ -14,6 +14,7 @@ from swarmnode.lab.sapo_tables import (
     effort,
     effort_table,
     read_extras,
+    specialty_table,
     unit_sections,
 )
 
@@ -148,3 +149,53 @@ def test_effort_per_node_by_hand(tmp_path: Path) -> None:
     )
     assert any(x.startswith("| none |") and x.endswith("| 0.75 | 0.250 |") for x in table)
     assert any(x.startswith("| sharing |") and x.endswith("| — |") for x in table)  # no held-out
+
+
+def test_specialties_by_unit_and_by_item_by_hand(tmp_path: Path) -> None:
+    # Two nodes a run: node 0's specialty is dataset a, node 1's is b (weight 6 vs 1).
+    # One held-out item of each dataset; score[config][node] = (a, b).
+    score = {"sharing": [(1.0, 1.0), (0.0, 1.0)], "none": [(1.0, 0.0), (0.0, 0.0)]}
+    rows = []
+    for config, per_node in score.items():
+        root = tmp_path / f"{config}-s0"
+        root.mkdir()
+        (root / "run.json").write_text(json.dumps({"started": 0.0, "commit": "a" * 40}))
+        for node, (a, b) in enumerate(per_node):
+            rows.append(row(config, 0, node))
+            d = root / f"n{node}"
+            d.mkdir()
+            own = "ab"[node]
+            mix = [{"name": x, "weight": 6 if x == own else 1} for x in "ab"]
+            (d / "config.resolved.yaml").write_text(json.dumps({"tasks": {"datasets": mix}}))
+            per = {"a": {"items": 1, "accuracy": a}, "b": {"items": 1, "accuracy": b}}
+            held = {"accuracy": (a + b) / 2, "per_dataset": per}
+            (d / "heldout.json").write_text(json.dumps(held))
+            items = [
+                {"dataset": x, "config": {}, "seed": 5, "index": 0, "score": s}
+                for x, s in (("a", a), ("b", b))
+            ]
+            (d / "heldout_items.jsonl").write_text("".join(json.dumps(x) + "\n" for x in items))
+    ex = read_extras(tmp_path, rows)
+    # By unit: the sharing swarm's nodes score own 1, 1 and others 1, 0 (means 1.0, 0.5);
+    # the lone nodes own 1, 0 and others 0, 0 (means 0.5, 0.0): +50 points on each.
+    assert ex.specialty["sharing"] == {
+        "own": {(0, 0): 1.0, (0, 1): 1.0},
+        "others": {(0, 0): 1.0, (0, 1): 0.0},
+    }
+    table = specialty_table("none", ["none", "sharing"], ex, LONE)
+    own = next(x for x in table if x.startswith("| sharing | own specialty |"))
+    others = next(x for x in table if x.startswith("| sharing | the others' datasets |"))
+    assert "| 1.000 / 0.500 | +50.0 [" in own and "| 0.500 / 0.000 | +50.0 [" in others
+    # 1 swarm against 2 nodes: 3 relabellings.
+    assert "(3) |" in own
+    # By item: own item a is node 0's (1 vs 1), own item b node 1's (1 vs 0): +50, paired;
+    # others: a by node 1 (0 vs 0), b by node 0 (1 vs 0): +50.
+    assert own.endswith("| +50.0 [+0.0, +100.0] (2 paired) |"), own
+    assert others.endswith("| +50.0 [+0.0, +100.0] (2 paired) |"), others
+    # Nodes of one mix (no specialty) give no such table.
+    assert specialty_table("none", ["none", "sharing"], read_extras_plain(tmp_path), LONE) == []
+
+
+def read_extras_plain(out: Path) -> Any:
+    rows = lay_out(out / "plain")
+    return read_extras(out / "plain", rows)

@@ -89,7 +89,8 @@ from swarmnode.lab.localswarm import (
 from swarmnode.lab.plotting import new_figure, save_figure
 from swarmnode.lab.sapo_raw import export_raw, import_raw
 from swarmnode.lab.sapo_stats import mean_band, paired_diff
-from swarmnode.lab.sapo_tables import read_extras, unit_sections
+from swarmnode.lab.sapo_tables import own_datasets, read_extras, unit_sections
+from swarmnode.lab.sapo_tables import specialty_accuracy as split_accuracy
 from swarmnode.learn.metrics import read_metrics
 
 CONFIGS = (
@@ -388,19 +389,10 @@ def read_runs(args: argparse.Namespace) -> tuple[list[dict[str, Any]], list[dict
 def specialty_accuracy(d: Path, h: dict[str, Any]) -> dict[str, float]:
     """Held-out accuracy on a node's own datasets (those of top weight) and on the
     others', when its weights differ (--hetero); nothing otherwise."""
-    specs = yaml.safe_load((d / "config.resolved.yaml").read_text())["tasks"]["datasets"]
-    weights = {x["name"]: float(x.get("weight", 1.0)) for x in specs}
-    top = max(weights.values())
-    own = {k for k, w in weights.items() if w == top}
-    if len(own) == len(weights):
+    own = own_datasets(yaml.safe_load((d / "config.resolved.yaml").read_text()))
+    if own is None:
         return {}
-
-    def acc(names: set[str]) -> float:
-        parts = [v for k, v in h["per_dataset"].items() if k in names]
-        return sum(v["accuracy"] * v["items"] for v in parts) / sum(v["items"] for v in parts)
-
-    others = set(weights) - own
-    return {"own_accuracy": round(acc(own), 4), "others_accuracy": round(acc(others), 4)}
+    return {f"{k}_accuracy": v for k, v in split_accuracy(h, own).items()}
 
 
 def write_csv(path: Path, rows: list[dict[str, Any]]) -> None:

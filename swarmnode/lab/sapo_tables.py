@@ -13,6 +13,9 @@ strict accuracy also gets an item-level bootstrap over the per-item records
   the better lone arm by mean cumulative reward), overall, and per dataset on held-out
   accuracy: metrics.jsonl has no per-dataset reward, so per dataset only held-out
   is compared.
+- ``specialty_table``: with nodes of different specialties (``--hetero``), held-out
+  strict accuracy on each node's own datasets (those of top weight in its mix) and on
+  the others', by unit and by item, against the same reference arm.
 - ``effort_table``: per arm, per node, optimizer steps (rounds whose update trained a
   group), groups trained (replayed, from peers), tokens trained less those masked out
   (grpo's ``tokens_trained`` counts every completion token of a trained group, masked
@@ -22,10 +25,10 @@ strict accuracy also gets an item-level bootstrap over the per-item records
   for runs whose run.json predates the field); a comparison whose arms ran on
   different commits says so in its own row.
 
-Invariants: reads only the run folders' run.json, heldout.json and
-heldout_items.jsonl (``read_extras``); every table function is pure on its inputs;
-a section with nothing to compare is left out, so older experiments' results.md
-keep their first tables byte for byte and only gain sections.
+Invariants: reads only the run folders' run.json, the nodes' heldout.json,
+heldout_items.jsonl and config.resolved.yaml (``read_extras``); every table function
+is pure on its inputs; a section with nothing to compare is left out, so older
+experiments' results.md keep their first tables byte for byte and only gain sections.
 """
 
 from __future__ import annotations
@@ -36,6 +39,8 @@ from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import yaml
 
 from swarmnode.lab.sapo_stats import Key, item_accuracy, item_diff, unit_diff, units
 
@@ -50,6 +55,42 @@ class Extras:
     # config -> dataset label -> (seed, node) -> held-out strict accuracy
     per_dataset: dict[str, dict[str, dict[Key, float]]] = field(default_factory=dict)
     items: dict[str, list[dict[str, Any]]] = field(default_factory=dict)  # config -> records
+    # config -> "own" / "others" -> (seed, node) -> held-out strict accuracy; only for
+    # nodes whose dataset weights differ (--hetero). Their item records carry "own".
+    specialty: dict[str, dict[str, dict[Key, float]]] = field(default_factory=dict)
+
+
+def own_datasets(resolved: Mapping[str, Any]) -> set[str] | None:
+    """A node's specialty: the datasets of top weight in its resolved config's mix,
+    or None when every dataset weighs the same (no specialty).
+
+    >>> ds = [{"name": "a", "weight": 6}, {"name": "b", "weight": 1}, {"name": "c"}]
+    >>> own_datasets({"tasks": {"datasets": ds}})
+    {'a'}
+    >>> own_datasets({"tasks": {"datasets": [{"name": "a"}, {"name": "b"}]}}) is None
+    True
+    """
+    weights = {x["name"]: float(x.get("weight", 1.0)) for x in resolved["tasks"]["datasets"]}
+    top = max(weights.values())
+    own = {k for k, w in weights.items() if w == top}
+    return None if len(own) == len(weights) else own
+
+
+def specialty_accuracy(held: Mapping[str, Any], own: set[str]) -> dict[str, float]:
+    """Held-out strict accuracy on a node's own datasets and on the others' (from
+    heldout.json's per_dataset, weighted by items).
+
+    >>> per = {"a": {"items": 2, "accuracy": 1.0}, "b": {"items": 1, "accuracy": 0.0},
+    ...        "c": {"items": 3, "accuracy": 0.5}}
+    >>> specialty_accuracy({"per_dataset": per}, {"a"})
+    {'own': 1.0, 'others': 0.375}
+    """
+
+    def acc(pick: bool) -> float:
+        parts = [v for k, v in held["per_dataset"].items() if (k in own) == pick]
+        return sum(v["accuracy"] * v["items"] for v in parts) / sum(v["items"] for v in parts)
+
+    return {"own": round(acc(True), 4), "others": round(acc(False), 4)}
 
 
 def read_extras(out: Path, rows: Sequence[Mapping[str, Any]]) -> Extras:
@@ -65,10 +106,17 @@ def read_extras(out: Path, rows: Sequence[Mapping[str, Any]]) -> Extras:
         for label, v in held.get("per_dataset", {}).items():
             by = ex.per_dataset.setdefault(config, {}).setdefault(label, {})
             by[(seed, node)] = float(v["accuracy"])
+        resolved = d / "config.resolved.yaml"
+        own = own_datasets(yaml.safe_load(resolved.read_text())) if resolved.is_file() else None
+        if own is not None:
+            for part, v in specialty_accuracy(held, own).items():
+                ex.specialty.setdefault(config, {}).setdefault(part, {})[(seed, node)] = v
         path = d / "heldout_items.jsonl"
         if path.is_file():
-            lines = path.read_text().splitlines()
-            ex.items.setdefault(config, []).extend(json.loads(x) for x in lines if x.strip())
+            recs = [json.loads(x) for x in path.read_text().splitlines() if x.strip()]
+            if own is not None:
+                recs = [r | {"own": r["dataset"] in own} for r in recs]
+            ex.items.setdefault(config, []).extend(recs)
     return ex
 
 
@@ -169,7 +217,7 @@ def comparison_table(
             f"| {_item_cell(ex.items.get(n, []), ex.items.get(ref, []))} "
             f"| {same_code(ex.commits.get(n, {}), ex.commits.get(ref, {}))} |"
         )
-    return lines + dataset_table(ref, names, ex, lone)
+    return lines + dataset_table(ref, names, ex, lone) + specialty_table(ref, names, ex, lone)
 
 
 def dataset_table(ref: str, names: Sequence[str], ex: Extras, lone: Collection[str]) -> list[str]:
@@ -201,6 +249,40 @@ def dataset_table(ref: str, names: Sequence[str], ex: Extras, lone: Collection[s
                 f"| {n} | {label} | {d.mean_a:.3f} / {d.mean_b:.3f} "
                 f"| {d.diff * 100:+.1f} [{d.lo * 100:+.1f}, {d.hi * 100:+.1f}] | {_p(d)} "
                 f"| {by_item} |"
+            )
+    return lines
+
+
+def specialty_table(ref: str, names: Sequence[str], ex: Extras, lone: Collection[str]) -> list[str]:
+    """With nodes of different specialties: held-out strict accuracy on each node's own
+    datasets and on the other nodes' against ``ref``, by unit and by item (an item is
+    'own' for the nodes whose specialty its dataset is; arms share the node layout)."""
+    mine = ex.specialty.get(ref, {})
+    if not mine:
+        return []
+    lines = [
+        "",
+        f"Nodes of different specialties, against {ref}: held-out strict accuracy on each "
+        "node's own datasets (top weight in its mix) and on the other nodes' datasets, by "
+        "unit and by item (units, interval and p as above).",
+        "",
+        f"| config | held-out on | accuracy (arm / {ref}) | points vs {ref}, by unit | p "
+        "| points, by item |",
+        "|---|---|---|---|---|---|",
+    ]
+    for n in names:
+        theirs = ex.specialty.get(n, {})
+        for part, own in (("own", True), ("others", False)):
+            if n == ref or part not in theirs or part not in mine:
+                continue
+            d = unit_diff(units(theirs[part], n not in lone), units(mine[part], ref not in lone))
+            pick = [r for r in ex.items.get(n, []) if r.get("own") is own]
+            base = [r for r in ex.items.get(ref, []) if r.get("own") is own]
+            label = "own specialty" if own else "the others' datasets"
+            lines.append(
+                f"| {n} | {label} | {d.mean_a:.3f} / {d.mean_b:.3f} "
+                f"| {d.diff * 100:+.1f} [{d.lo * 100:+.1f}, {d.hi * 100:+.1f}] | {_p(d)} "
+                f"| {_item_cell(pick, base)} |"
             )
     return lines
 

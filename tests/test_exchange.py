@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -78,14 +80,24 @@ class Side:
         )
 
 
+@asynccontextmanager
+async def two_sides(cfg: Config) -> AsyncIterator[tuple[Side, Side]]:
+    """Nodes A and B on one memory network, their exchanges started, stopped on exit."""
+    net = MemoryNetwork()
+    a, b = Side(net, "A", cfg), Side(net, "B", cfg)
+    await a.exchange.start()
+    await b.exchange.start()
+    try:
+        yield a, b
+    finally:
+        await a.exchange.stop()
+        await b.exchange.stop()
+
+
 def test_pump_verifies_what_peers_publish_and_refuses_held_out_items(tmp_path: Path) -> None:
     async def main() -> None:
-        net = MemoryNetwork()
         cfg = _config(tmp_path)
-        a, b = Side(net, "A", cfg), Side(net, "B", cfg)
-        await a.exchange.start()
-        await b.exchange.start()
-        try:
+        async with two_sides(cfg) as (a, b):
             now = time.time()
             heldout = make_group(2, created=now)
             heldout = replace(heldout, ref=replace(heldout.ref, seed=HELDOUT_SEED))
@@ -105,9 +117,6 @@ def test_pump_verifies_what_peers_publish_and_refuses_held_out_items(tmp_path: P
             assert {"ingest_time_share", "ingest_busy_s", "ingest_budget_wait_s"} <= set(status)
             rec = b.exchange.status().with_figures(RoundRecord(round=1))
             assert rec.ingest_time_share == status["ingest_time_share"]
-        finally:
-            await a.exchange.stop()
-            await b.exchange.stop()
 
     asyncio.run(main())
 
@@ -127,19 +136,12 @@ def test_start_up_cost_is_not_charged_to_the_ingestion_budget(
     monkeypatch.setattr("swarmnode.share.exchange.preload", slow_preload)
 
     async def main() -> None:
-        net = MemoryNetwork()
         cfg = _config(tmp_path)
-        a, b = Side(net, "A", cfg), Side(net, "B", cfg)
-        await a.exchange.start()
-        await b.exchange.start()
-        try:
+        async with two_sides(cfg) as (a, b):
             await a.exchange.publish(1, [make_group(1, created=time.time())])
             await wait_for(lambda: b.queue.stats.accepted == 1, "B to verify A's group")
             assert len(preloaded) == 2  # each pump, before its first offer
             assert b.exchange.guard.report()["ingest_busy_s"] < 0.5
-        finally:
-            await a.exchange.stop()
-            await b.exchange.stop()
 
     asyncio.run(main())
 
@@ -239,15 +241,11 @@ def test_memory_transport_bounds_its_inbox(tmp_path: Path) -> None:
 
 def test_publish_rate_skips_rounds_and_counts_them(tmp_path: Path) -> None:
     async def main() -> None:
-        net = MemoryNetwork()
         cfg = _config(tmp_path)
         cfg = cfg.model_copy(
             update={"swarm": cfg.swarm.model_copy(update={"target_msgs_per_s": 5.0})}
         )
-        a, b = Side(net, "A", cfg), Side(net, "B", cfg)
-        await a.exchange.start()
-        await b.exchange.start()
-        try:
+        async with two_sides(cfg) as (a, b):
             assert await a.exchange.publish(1, [make_group(1, created=time.time())]) > 0
             assert a.exchange.rate is not None and a.exchange.status().publish_p == 1.0
             a.exchange.rate.p = 0.0  # as if the swarm were huge: every coin says no
@@ -258,9 +256,6 @@ def test_publish_rate_skips_rounds_and_counts_them(tmp_path: Path) -> None:
             await wait_for(lambda: b.exchange.offers == 1, "B got round 1")
             await asyncio.sleep(0.2)
             assert b.exchange.offers == 1  # and nothing else
-        finally:
-            await a.exchange.stop()
-            await b.exchange.stop()
 
     asyncio.run(main())
 
@@ -271,12 +266,8 @@ def test_a_fast_node_publishes_within_what_its_peers_accept(tmp_path: Path) -> N
     so no peer's origin limit ever drops it (and scores the node down)."""
 
     async def main() -> None:
-        net = MemoryNetwork()
         cfg = _config(tmp_path)
-        a, b = Side(net, "A", cfg), Side(net, "B", cfg)
-        await a.exchange.start()
-        await b.exchange.start()
-        try:
+        async with two_sides(cfg) as (a, b):
             for r in range(1, 41):  # 40 rounds at once: a tiny model on a fast machine
                 await a.exchange.publish(r, [make_group(r, created=time.time())])
             sent = a.exchange.published["messages"]
@@ -286,8 +277,5 @@ def test_a_fast_node_publishes_within_what_its_peers_accept(tmp_path: Path) -> N
             # token that may have refilled meanwhile
             await wait_for(lambda: b.exchange.offers == sent, "B got what A sent")
             assert a.exchange.status().to_json()["published"]["rounds_over_pace"] == over
-        finally:
-            await a.exchange.stop()
-            await b.exchange.stop()
 
     asyncio.run(main())

@@ -5,8 +5,9 @@ Starts ``swarmnode start`` on ``--config`` (default configs/node.yaml) with
 and reads its metrics.jsonl: per round the node's resident memory after the round
 (``rss_mb``, measured by the node itself), the round's wall time (between the ends of
 consecutive rounds) and compute time (generation + update), and the ingest queue
-(zero for a node training alone). While the node runs, its peak resident memory
-(VmHWM) is read from /proc every half second.
+(zero for a node training alone). Its peak resident memory is the kernel's own
+maximum (VmHWM while it runs, ru_maxrss from wait4 when it is reaped), so the peak
+covers the last round too.
 
 Writes to --out: soak.csv (one row per node and round), soak.png (RSS and round time
 against the round), the node's config and log. The RSS trend is a least-squares
@@ -17,7 +18,8 @@ peer, every node writes its rows, and the summary is the worst node's.
 
 The last line printed is ``rounds= rss_start_mb= rss_end_mb= rss_max_mb= peak_mb=
 round_s= slope_mb_per_100_rounds=`` (start = RSS at the first round of the fit, max
-= the highest per-round RSS, peak = VmHWM, round_s = median wall seconds a round).
+= the highest per-round RSS, peak = the kernel's maximum RSS, round_s = median wall
+seconds a round).
 Exit 1 only when a node fails (its log's tail is printed); a timeout stops the
 nodes and reports the rounds they finished.
 
@@ -30,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import os
 import shutil
 import statistics
 import subprocess
@@ -73,7 +76,7 @@ class NodeRun:
     data: Path
     log: Path
     proc: subprocess.Popen[str]
-    peak_mb: float = 0.0  # VmHWM, last read while the process ran
+    peak_mb: float = 0.0  # VmHWM while it runs; its final ru_maxrss once reaped
     rows: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -138,16 +141,29 @@ def rounds_done(run: NodeRun) -> int:
     return len(path.read_text().splitlines()) if path.is_file() else 0
 
 
+def reap(run: NodeRun, block: bool = False) -> bool:
+    """True once the node has exited. Reaps it with wait4, so its exit code lands in
+    ``proc.returncode`` and ``peak_mb`` takes the kernel's final maximum RSS (a VmHWM
+    read every half second misses a rise in the last round)."""
+    if run.proc.returncode is not None:
+        return True
+    pid, status, usage = os.wait4(run.proc.pid, 0 if block else os.WNOHANG)
+    if pid == 0:
+        if (hwm := vm_hwm_mb(run.proc.pid)) is not None:
+            run.peak_mb = max(run.peak_mb, hwm)
+        return False
+    run.proc.returncode = os.waitstatus_to_exitcode(status)
+    run.peak_mb = max(run.peak_mb, usage.ru_maxrss / 1024)  # KiB on Linux
+    return True
+
+
 def wait(runs: list[NodeRun], args: argparse.Namespace) -> list[str]:
     """Wait for every node to exit (or the timeout); note peaks; report progress.
     Returns the failures."""
     deadline = time.monotonic() + args.timeout
     every = max(1, args.rounds // 20)
     shown = 0
-    while any(r.proc.poll() is None for r in runs):
-        for r in runs:
-            if r.proc.poll() is None and (hwm := vm_hwm_mb(r.proc.pid)) is not None:
-                r.peak_mb = max(r.peak_mb, hwm)
+    while not all([reap(r) for r in runs]):
         done = min(rounds_done(r) for r in runs)
         if done >= shown + every:
             shown = done
@@ -156,14 +172,15 @@ def wait(runs: list[NodeRun], args: argparse.Namespace) -> list[str]:
         if time.monotonic() > deadline:
             print(f"timeout after {args.timeout:.0f}s: stopping the nodes", flush=True)
             for r in runs:
-                if r.proc.poll() is None:
+                if not reap(r):
                     r.proc.terminate()  # SIGTERM: the node checkpoints and exits
+            grace = time.monotonic() + 120
+            while not all([reap(r) for r in runs]) and time.monotonic() < grace:
+                time.sleep(0.5)
             for r in runs:
-                try:
-                    r.proc.wait(timeout=120)
-                except subprocess.TimeoutExpired:
+                if not reap(r):
                     r.proc.kill()
-                    r.proc.wait()
+                    reap(r, block=True)
             return []
         time.sleep(0.5)
     return [f"node {r.index} exited {r.proc.returncode}" for r in runs if r.proc.returncode != 0]

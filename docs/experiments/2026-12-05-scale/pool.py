@@ -9,13 +9,14 @@ more cycles would (``bench_scale.pooled``; ratio of means with ``ratio_interval`
 import json
 import statistics
 import sys
+from pathlib import Path
 
 from swarmnode.lab.bench_flood import ratio_interval
 from swarmnode.lab.bench_scale import pooled
 
 res = {}  # "calm0@1": run 1's phase calm0 (pooled() groups keys by their start)
 for i, path in enumerate(sys.argv[1:]):
-    for line in open(path):
+    for line in Path(path).read_text().splitlines():
         name, _, rest = line.partition(" ")
         if rest.startswith("{") and name.startswith(("calm", "scale")):
             res[f"{name}@{i}"] = json.loads(rest)

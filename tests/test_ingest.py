@@ -69,8 +69,11 @@ def test_burst_from_several_peers_respects_bounds() -> None:
             groups = [make_group(100 * p + 10 * burst + k) for k in range(4)]
             q.offer(peer, groups)
             assert len(q) <= 8 and max(q.per_peer().values()) <= 2
-    # Fair: the last peers' newest groups are there, nobody over its share.
-    assert len(q) == 8 and set(q.per_peer().values()) == {2}
+    # Fair: nobody over its share, and every peer keeps some (the full queue takes
+    # from the heaviest holders), each its newest.
+    assert len(q) == 8 and sorted(q.per_peer().values()) == [1, 1, 2, 2, 2]
+    newest = {100 * p + 20 + 3 for p in range(5)}
+    assert newest <= {e.group.ref.index for _, e in q.snapshot()}
     assert q.stats.evicted["peer_share"] > 0 and q.stats.evicted["full"] > 0
     assert q.stats.accepted == 60
 
@@ -91,3 +94,21 @@ def test_wrong_reward_types_never_raise(junk: Any) -> None:
     g = make_group(11)
     g.rewards = [junk, junk]  # type: ignore[list-item]
     assert q.offer("A", [g]) == 1  # rewards are ignored: our re-scoring counts
+
+
+def test_a_full_queue_takes_from_whoever_holds_most_for_its_tenure() -> None:
+    """Evictions when full fall on the heaviest holder, its oldest group first; a
+    peer known longer may hold more (1 + minutes known, per group)."""
+    clock = Clock()
+    q = make_queue(clock, queue_groups=12, max_peer_share=1.0)
+    assert q.offer("old", [make_group(i) for i in range(4)]) == 4
+    clock.now += 600  # "old" weighs 11 now
+    assert q.offer("young", [make_group(100 + i) for i in range(6)]) == 6
+    assert q.offer("fresh", [make_group(200 + i) for i in range(6)]) == 6
+    # 16 offered, room for 12: "young" and "fresh" gave up four, each its oldest first
+    held = q.per_peer()
+    assert held["old"] == 4 and held["young"] + held["fresh"] == 8
+    assert abs(held["young"] - held["fresh"]) <= 2 and q.stats.evicted == {"full": 4}
+    kept = sorted(e.group.ref.index for _, e in q.snapshot())
+    young, fresh = range(106 - held["young"], 106), range(206 - held["fresh"], 206)
+    assert kept == [0, 1, 2, 3, *young, *fresh]

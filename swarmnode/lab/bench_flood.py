@@ -576,6 +576,10 @@ async def phase(
         ingest_time_share_max=max(r.ingest_time_share for r in recs[1:]) if times else None,
         ingest_accepted=recs[-1].ingest_accepted - recs[0].ingest_accepted,
         ingest_rejected=deltas(recs[-1].ingest_rejected, recs[0].ingest_rejected),
+        ingest_evicted=deltas(
+            st1["node"]["ingest"].get("ingest_evicted", {}),
+            st0["node"]["ingest"].get("ingest_evicted", {}),
+        ),
         log_bytes_per_min=round((log1 - log0) * 60 / (t1 - t0)),
         counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
         reading=st1["swarm"].get("reading", {}),  # CPU share outside training, at the end

@@ -6,9 +6,16 @@ completion is re-scored against the locally regenerated answer. The sender's
 rewards are never used (a mismatch is only counted).
 
 Invariants:
-- Bounded in groups (``queue_groups``) and bytes of text (``queue_bytes``); when full,
-  the oldest group leaves first. No peer holds more than ``max_peer_share`` of the
-  group bound: its own oldest group makes room for its newest.
+- Bounded in groups (``queue_groups``) and bytes of text (``queue_bytes``). When full,
+  the peer holding the most groups for its tenure (groups / ``tenure_weight``) gives
+  up its oldest: a peer that sends a batch a round keeps it however many groups
+  others pour in. (With the oldest group of the queue leaving first, five Sybils under
+  every rate turned a 512-group queue over in seconds, and the honest peer's batch,
+  older than theirs when the sampler drew, was trained in 20 of 63 rounds:
+  docs/experiments/2026-12-05-flood-embedded.) No peer holds more than
+  ``max_peer_share`` of the group bound: its own oldest group makes room for its newest.
+- ``tenure`` is when each peer's first group was queued (bounded: ``ratelimit.Tenure``);
+  the sampler weighs peers by it too.
 - Deduplicated: a group (item + multiset of completions) is admitted once, whoever
   sends it and however often; the memory of seen groups is bounded too.
 - Fresh: groups older than ``freshness_s`` are refused on arrival and expire in the
@@ -53,6 +60,7 @@ from swarmnode.learn.groups import ItemRef, RolloutGroup
 from swarmnode.learn.rewards import Scorer
 from swarmnode.learn.tasks import HELDOUT_SEED, TaskError, is_heldout, level_configs, regenerate
 from swarmnode.share.completion import AnswerBook
+from swarmnode.share.ratelimit import Tenure
 
 REASONS = (
     "heldout",
@@ -70,6 +78,17 @@ REASONS = (
 # out_of_catalog, unregenerable, question_mismatch, verifier_error: false or unusable on
 # purpose) and "false_claim"; stale, duplicate, no_signal can happen to honest peers.
 Verdicts = Callable[[str, str, int], None]  # (peer, "accepted" | ..., count)
+MAX_TENURE_WEIGHT = 60.0  # for eviction, a peer queued an hour ago weighs 60 newcomers
+
+
+def tenure_weight(age_s: float) -> float:
+    """A peer's weight when the full queue picks whose group leaves: 1 + the minutes
+    since its first group was queued, at most ``MAX_TENURE_WEIGHT``.
+
+    >>> tenure_weight(0.0), tenure_weight(600.0), tenure_weight(86_400.0)
+    (1.0, 11.0, 60.0)
+    """
+    return min(MAX_TENURE_WEIGHT, 1.0 + age_s / 60.0)
 
 
 @dataclass
@@ -184,7 +203,8 @@ class IngestQueue:
         self._seen: OrderedDict[str, None] = OrderedDict()
         self._seen_cap = max(4096, 8 * cfg.queue_groups)
         self._bytes = 0
-        self._per_peer: Counter[str] = Counter()
+        self._by_peer: dict[str, OrderedDict[str, None]] = {}  # peer -> its keys, oldest first
+        self.tenure = Tenure(0.0, clock=clock)
 
     # -- intake ----------------------------------------------------------------
 
@@ -333,24 +353,38 @@ class IngestQueue:
 
     def _insert(self, key: str, entry: Entry) -> None:
         cap_peer = max(1, int(self.cfg.max_peer_share * self.cfg.queue_groups))
-        if self._per_peer[entry.peer] >= cap_peer:
-            oldest = next(k for k, e in self._queue.items() if e.peer == entry.peer)
-            self._remove(oldest, "peer_share")
+        self.tenure.note(entry.peer, entry.arrived)
+        own = self._by_peer.get(entry.peer)
+        if own is not None and len(own) >= cap_peer:
+            self._remove(next(iter(own)), "peer_share")
         while self._queue and (
             len(self._queue) >= self.cfg.queue_groups
             or self._bytes + entry.size > self.cfg.queue_bytes
         ):
-            self._remove(next(iter(self._queue)), "full")
+            self._remove(self._evictee(), "full")
         self._queue[key] = entry
         self._bytes += entry.size
-        self._per_peer[entry.peer] += 1
+        self._by_peer.setdefault(entry.peer, OrderedDict())[key] = None
+
+    def _evictee(self) -> str:
+        """The oldest key of the peer holding the most groups for its tenure (of those
+        alike, the one whose oldest group arrived first). O(peers queued), at most
+        ``queue_groups``."""
+
+        def load(peer: str) -> tuple[float, float]:
+            keys = self._by_peer[peer]
+            oldest = self._queue[next(iter(keys))].arrived
+            return len(keys) / tenure_weight(self.tenure.age(peer)), -oldest
+
+        return next(iter(self._by_peer[max(self._by_peer, key=load)]))
 
     def _remove(self, key: str, why: str | None) -> Entry:
         entry = self._queue.pop(key)
         self._bytes -= entry.size
-        self._per_peer[entry.peer] -= 1
-        if self._per_peer[entry.peer] <= 0:
-            del self._per_peer[entry.peer]
+        own = self._by_peer[entry.peer]
+        del own[key]
+        if not own:
+            del self._by_peer[entry.peer]
         if why:
             self.stats.evicted[why] += 1
         return entry
@@ -386,7 +420,7 @@ class IngestQueue:
 
     def per_peer(self) -> dict[str, int]:
         with self._lock:
-            return dict(self._per_peer)
+            return {peer: len(keys) for peer, keys in self._by_peer.items()}
 
     def report(self) -> dict[str, Any]:
         with self._lock:

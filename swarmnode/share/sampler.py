@@ -12,9 +12,10 @@ round's local groups (if the round made more than I) and reports the shortfall.
 Both modes draw per peer, not per group: within a round tier a group's weight is its
 peer's weight divided by how many groups that peer has in the tier, so a peer that
 sends 64 groups a round gets no more slots than one that sends 2. A peer's weight
-grows with the square of its tenure (how long ago its first verified group arrived,
-full weight at ``sapo.peer_tenure_s``): identities created for a flood stand behind
-the peers the node already knows. With equal peers this is the paper's uniform draw.
+grows with the square of its tenure (how long ago the queue took its first group,
+``IngestQueue.tenure``; full weight at ``sapo.peer_tenure_s``): identities created for
+a flood stand behind the peers the node already knows. With equal peers this is the
+paper's uniform draw.
 
 ``adaptive`` (beyond the paper): the same budget B = I + J, spent where the signal is.
 - Balance: local groups without signal would be skipped by the update anyway, so
@@ -174,16 +175,14 @@ class SwarmSampler:
         # adaptive: EMA of honest reward claims per sender, bounded
         self.peer_trust: PeerLRU[float] = PeerLRU(TRUSTED_PEERS, default=1.0)
         self._judged: dict[str, None] = {}  # queue keys already counted in peer_trust
-        # peer -> arrival of its first verified group, on the queue's clock
-        clock = queue.clock if queue is not None else (lambda: 0.0)
-        self.tenure = Tenure(cfg.peer_tenure_s, clock=clock)
+        # peer -> arrival of its first queued group, on the queue's clock
+        self.tenure = queue.tenure if queue is not None else Tenure(0.0, clock=lambda: 0.0)
 
     def compose(self, round_index: int, local: Sequence[RolloutGroup]) -> Composition:
         rng = random.Random(f"sampler:{self.seed}:{round_index}")
         i = len(local) if self.cfg.local_groups is None else self.cfg.local_groups
         j = self.cfg.external_groups
         entries = self.queue.snapshot() if (self.queue is not None and j > 0) else []
-        self._note_tenure(entries)
         if self.cfg.mode == "adaptive":
             comp = self._adaptive(rng, list(local), i, j, entries)
         else:
@@ -300,10 +299,6 @@ class SwarmSampler:
     def _move_trust(self, entry: Entry) -> None:
         old = self.peer_trust[entry.peer]
         self.peer_trust[entry.peer] = 0.9 * old + 0.1 * (1.0 if entry.claimed_match else 0.0)
-
-    def _note_tenure(self, entries: list[tuple[str, Entry]]) -> None:
-        for _, e in entries:
-            self.tenure.note(e.peer, e.arrived)
 
     def tenure_weight(self, peer: str) -> float:
         """1 for a peer heard from for ``peer_tenure_s`` or longer; a newer one weighs

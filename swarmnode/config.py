@@ -500,8 +500,9 @@ class SapoConfig(_Section):
         ge=0,
         description="The sampler weighs each peer (not each group) equally once it has "
         "sent verified groups for this long, and a newer one by the square of the share "
-        "of it it has served: a flood of fresh identities cannot take an established "
-        "peer's external slots. 0 = every peer weighs the same from its first group.",
+        "of it it has served, the newer ones sharing one peer's weight: a flood of fresh "
+        "identities cannot take an established peer's external slots. 0 = every peer "
+        "weighs the same from its first group.",
     )
     self_replay: bool = Field(
         False,

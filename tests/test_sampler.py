@@ -8,6 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from swarmnode.config import SapoConfig, parse_config
 from swarmnode.learn.groups import ItemRef, RolloutGroup
 from swarmnode.learn.grpo import group_advantages
@@ -226,12 +228,14 @@ def test_fresh_identities_do_not_take_an_established_peers_slots() -> None:
     assert honest_rounds[600.0] == 10 and honest_rounds[0.0] <= 6, honest_rounds
 
 
-def test_a_young_honest_peer_keeps_its_slot_against_younger_sybils() -> None:
+@pytest.mark.parametrize("sybils", [5, 50])
+def test_a_young_honest_peer_keeps_its_slot_against_younger_sybils(sybils: int) -> None:
     """bench_flood's situation: the honest peer has been heard from for 3 minutes when
-    five Sybils start, each with a valid group every round; one external slot a round
-    for 60 one-second rounds. Weighed by the square of their tenure's share, the
-    Sybils take at most a fifth of its slots (51 of 60 kept, seed 5); weighed by the
-    share itself they took about half (31 of 60)."""
+    Sybils start, each with a valid group every round; one external slot a round for
+    60 one-second rounds. The Sybils began together, so they share one peer's weight:
+    the honest peer keeps 57 of 60 against 5 and 56 against 50 (seed 5). Each
+    weighed alone by the square of its tenure's share, they took 9 and 26 of its
+    slots; by the share itself about half against five (31 of 60)."""
     clock = Clock()
     q = IngestQueue(
         SapoConfig(queue_groups=512, max_peer_share=1.0), Catalog([SPEC]), score, clock=clock
@@ -247,11 +251,31 @@ def test_a_young_honest_peer_keeps_its_slot_against_younger_sybils() -> None:
     for r in range(18, 78):
         assert q.offer("honest", [make_group(index)]) == 1
         index += 1
-        for k in range(5):
-            q.offer(f"sybil{k}", [make_group(100 * k + r, seed=100 + k)])
+        for k in range(sybils):
+            q.offer(f"sybil{k}", [make_group(r, seed=100 + k)])
         kept += sum(g.origin == "honest" for g in s.compose(r, []).groups)
         clock.now += 1
-    assert kept >= 48, kept
+    assert kept >= 54, kept
+
+
+def test_peers_that_began_apart_keep_their_own_weight() -> None:
+    """Newcomers share a weight only within their cohort: honest nodes joining a
+    minute apart each weigh their own tenure, and a young swarm that began together
+    draws as before (uniform among equals)."""
+    clock = Clock()
+    q = IngestQueue(
+        SapoConfig(queue_groups=512, max_peer_share=1.0), Catalog([SPEC]), score, clock=clock
+    )
+    s = SwarmSampler(SapoConfig(local_groups=0, external_groups=1), q, seed=5)
+    for k, peer in enumerate(["a", "b", "c"]):
+        assert q.offer(peer, [make_group(k)]) == 1
+        clock.now += 60
+    w = s.peer_weights(["a", "b", "c"])
+    assert w == pytest.approx({"a": (180 / 600) ** 2, "b": (120 / 600) ** 2, "c": 0.01})
+    assert q.offer("d", [make_group(10)]) == 1 and q.offer("e", [make_group(11)]) == 1
+    clock.now += 30
+    w = s.peer_weights(["d", "e"])
+    assert w["d"] == w["e"] == pytest.approx((30 / 600) ** 2 / 2)
 
 
 def test_a_full_queue_keeps_the_batch_of_a_peer_that_sends_few() -> None:

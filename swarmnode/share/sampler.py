@@ -13,9 +13,11 @@ Both modes draw per peer, not per group: within a round tier a group's weight is
 peer's weight divided by how many groups that peer has in the tier, so a peer that
 sends 64 groups a round gets no more slots than one that sends 2. A peer's weight
 grows with the square of its tenure (how long ago the queue took its first group,
-``IngestQueue.tenure``; full weight at ``sapo.peer_tenure_s``): identities created for
-a flood stand behind the peers the node already knows. With equal peers this is the
-paper's uniform draw.
+``IngestQueue.tenure``; full weight at ``sapo.peer_tenure_s``), and the peers not yet
+at full weight that began together share it: together they weigh one peer of their
+age (``peer_weights``). Identities created for a flood stand behind the peers the node
+already knows, however many they are. With equal peers this is the paper's uniform
+draw.
 
 ``adaptive`` (beyond the paper): the same budget B = I + J, spent where the signal is.
 - Balance: local groups without signal would be skipped by the update anyway, so
@@ -59,7 +61,7 @@ import math
 import random
 import threading
 from collections import Counter, OrderedDict
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -71,6 +73,7 @@ from swarmnode.share.ratelimit import Tenure
 
 MIN_TENURE_WEIGHT = 1e-3  # a brand-new peer still fills slots nobody else can
 MAX_DRAWS_PER_SLOT = 4  # verify: when_drawn: tries per external slot, then a shortfall
+COHORT_SHARE = 0.1  # newcomers whose tenure began within this x peer_tenure_s share a weight
 TRUSTED_PEERS = 16_384  # senders whose record peer_trust keeps (as ratelimit.Tenure's)
 V = TypeVar("V")
 
@@ -218,9 +221,10 @@ class SwarmSampler:
             return []
         taken: list[Entry] = []
         pool, tries = list(entries), 0
+        weight = self.peer_weights({e.peer for _, e in entries})
         while len(taken) < n and pool and tries < MAX_DRAWS_PER_SLOT * n:
             picked = self._draw(
-                rng, pool, min(n - len(taken), MAX_DRAWS_PER_SLOT * n - tries), merit
+                rng, pool, min(n - len(taken), MAX_DRAWS_PER_SLOT * n - tries), merit, weight
             )
             tries += len(picked)
             got = self.queue.take([k for k, _ in picked])
@@ -312,23 +316,49 @@ class SwarmSampler:
             return 1.0
         return min(1.0, max(MIN_TENURE_WEIGHT, (self.tenure.age(peer) / span) ** 2))
 
+    def peer_weights(self, peers: Iterable[str]) -> dict[str, float]:
+        """Each peer's weight in the draw: its ``tenure_weight``, shared within its
+        cohort while it is new. A cohort is the newcomers (not yet at full weight) whose
+        tenure began in the same ``COHORT_SHARE`` x ``peer_tenure_s`` window (a minute at
+        the default): each weighs its own tenure weight divided by their number, so
+        identities a flood makes at once weigh one peer of their age however many
+        they are, while a peer that came earlier keeps its own weight; peers known for
+        ``peer_tenure_s`` weigh 1 each. Among peers that all began together (a young
+        swarm) the draw is unchanged. (Each weighed alone, five Sybils under every
+        rate, up to 200 s old, took the slot of a peer known for ten minutes in 7 of 29
+        rounds: docs/experiments/2026-12-06-flood-evict.)
+
+        >>> s = SwarmSampler(SapoConfig(peer_tenure_s=600.0), None)
+        >>> for p, t in [("old", -600.0), ("a", -300.0), ("b", -290.0), ("c", -200.0)]:
+        ...     s.tenure.note(p, t)
+        >>> {p: round(w, 3) for p, w in s.peer_weights(["old", "a", "b", "c"]).items()}
+        {'old': 1.0, 'a': 0.125, 'b': 0.117, 'c': 0.111}
+        """
+        weights = {p: self.tenure_weight(p) for p in peers}
+        span = self.cfg.peer_tenure_s * COHORT_SHARE
+        now = self.tenure.clock()
+        cohort = {
+            p: math.floor((now - self.tenure.age(p)) / span) for p, w in weights.items() if w < 1.0
+        }
+        size = Counter(cohort.values())
+        return {p: w / size[cohort[p]] if p in cohort else w for p, w in weights.items()}
+
     def _draw(
         self,
         rng: random.Random,
         entries: list[tuple[str, Entry]],
         n: int,
         merit: Callable[[Entry], float],
+        weight: Mapping[str, float],
     ) -> list[tuple[str, Entry]]:
         """``n`` entries without replacement, the peers' newest rounds first; within a
-        round tier weight = tenure(peer) x merit(group) / (peer's groups in the tier)."""
+        round tier weight = weight[peer] x merit(group) / (peer's groups in the tier)."""
         lag = round_lag(entries)
         picked: list[tuple[str, Entry]] = []
         for tier in sorted(set(lag.values())):
             pool = [(k, e) for k, e in entries if lag[k] == tier]
             count = Counter(e.peer for _, e in pool)
-            weights = [
-                self.tenure_weight(e.peer) * merit(e) / count[e.peer] + 1e-12 for _, e in pool
-            ]
+            weights = [weight[e.peer] * merit(e) / count[e.peer] + 1e-12 for _, e in pool]
             while pool and len(picked) < n:  # weighted sampling without replacement
                 i = rng.choices(range(len(pool)), weights=weights)[0]
                 picked.append(pool.pop(i))

@@ -23,8 +23,16 @@ Invariants:
 - Then cheap checks in the read loop, each counted (``msgs_read``, then
   ``dropped.*``): graylisted forwarder or originator, seen before, the forwarder's
   message rate, gossipsub's publish-score gate; only then, in the message's task,
-  the signature (Ed25519 verify), then the topic validator (the host's: origin
-  rates, ``decode_batch``).
+  the signature (Ed25519 verify), then the topic's admit hook (the host's: the
+  originator's rates), then the topic validator (the host's: ``decode_batch``).
+- What the admit hook refuses is gossipsub's IGNORE, not REJECT: no P4 against the
+  forwarder. An honest node relays a valid message its own budget for the
+  originator allowed; ours may not (a burst the forwarder's reading paced into
+  ours). Refused by the validator, five Sybils each under the originator rates
+  made a node relaying them score below its honest peer's publish threshold, and
+  that peer stopped sending to it (bench_flood, tiny model, 2026-12-06). A peer
+  that floods under its own identity still pays: the originator's excess is
+  charged to its own score (P6).
 - A message's signature is verified once: py-libp2p's ``push_msg`` verifies it again
   under strict signing, so its module's ``signature_validator`` is replaced by one
   that passes the message object ``_signed`` verified last (its call follows ours
@@ -84,6 +92,7 @@ REPLAY_EVERY_S = 300.0  # a peer is handed a topic's recent messages at most thi
 MAX_REPLAYS_KEPT = 4096
 
 Deliver = Callable[[rpc_pb2.Message], None]
+Admit = Callable[[ID, rpc_pb2.Message], bool]
 
 
 # IDONTWANT (gossipsub v1.2) saves a peer from sending us a copy we already have. It
@@ -176,6 +185,7 @@ class HardenedPubsub(Pubsub):
         # attach it to every RPC; verifying it each time was a third of a flood's cost)
         self._records: OrderedDict[ID, bytes] = OrderedDict()
         self._deliver: dict[str, Deliver] = {}
+        self._admit: dict[str, Admit] = {}
         # peer -> (its current inbound stream, whether that stream rides a relay)
         self._inbound: dict[ID, tuple[Any, bool]] = {}
         # (peer, topic) -> when py-libp2p last replayed the topic's recent messages to it
@@ -184,6 +194,12 @@ class HardenedPubsub(Pubsub):
     def reading(self) -> dict[str, Any]:
         """The CPU share outside training, its cap, and the level heavy peers are held to."""
         return self._reads.net.report() if self._reads.net is not None else {}
+
+    def set_admit(self, topic: str, admit: Admit) -> None:
+        """Run ``admit(forwarder, msg)`` on a signed message on ``topic`` before its
+        validators (sync, must not block, must not raise); False drops it uncharged
+        to the forwarder (gossipsub's IGNORE). The hook counts and charges its drops."""
+        self._admit[topic] = admit
 
     def set_deliver(self, topic: str, deliver: Deliver) -> None:
         """Hand validated messages on ``topic`` to ``deliver`` (sync, must not block)."""
@@ -420,6 +436,7 @@ class HardenedPubsub(Pubsub):
                 (gated or self._gate(msg_forwarder, msg))
                 and (not gated or self._score_gate(msg_forwarder, msg))
                 and self._signed(msg_forwarder, msg)
+                and self._admitted(msg_forwarder, msg)
             ):
                 return
             if self._inbound.get(msg_forwarder, (0, False))[1] and not self._is_msg_seen(msg):
@@ -479,6 +496,15 @@ class HardenedPubsub(Pubsub):
             return False
         _Verified.last = msg
         self._reads.tenure.note(forwarder.to_base58())  # its tenure starts
+        return True
+
+    def _admitted(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """Every admit hook of the message's topics agrees (no await: ``_signed``'s
+        message is still the one py-libp2p's signature check sees next)."""
+        for topic in msg.topicIDs:
+            admit = self._admit.get(topic)
+            if admit is not None and not admit(forwarder, msg):
+                return False
         return True
 
     @staticmethod

@@ -223,6 +223,7 @@ class P2PHost:
                     self.dht = KadDHT(host, DHTMode.SERVER)
                     await stack.enter_async_context(contained_service(self.dht, guard))
                 self.discovery.attach(host, self.dht)
+                pubsub.set_admit(self.topic, self._admit)
                 pubsub.set_topic_validator(self.topic, self._validate, is_async_validator=False)
                 pubsub.set_deliver(self.topic, self._deliver)
                 await pubsub.subscribe(self.topic)
@@ -279,10 +280,44 @@ class P2PHost:
 
     # ---- gossip -----------------------------------------------------------------
 
-    def _validate(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
-        """Topic validator: only messages decode_batch accepts, within the originator's
-        rates, are delivered or forwarded. Runs after the signature check, so the
+    def _admit(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """Admit hook: the originator's rates (messages, then groups). A drop here is
+        the originator's doing, charged to it, and no fault of the forwarder
+        (``HardenedPubsub.set_admit``). Runs after the signature check, so the
         originator is authentic; total: it returns, whatever the bytes."""
+        try:
+            return self._within_origin_rates(msg)
+        except Exception as err:  # a bug here must cost one message, not the node
+            self.counters.add("errors.admit")
+            log.warning("admit raised %r on a message via %s", err, forwarder)
+            return False
+
+    def _within_origin_rates(self, msg: rpc_pb2.Message) -> bool:
+        origin = ID(msg.from_id)
+        if origin == self.peer_id:
+            return True  # our own publish
+        peer = origin.to_base58()
+        if not self._origin_msgs.take(peer):
+            self.counters.add("dropped.origin_msg_rate")
+            self.scores.report(peer, "rate_limited")
+            return False
+        try:
+            batch = decode_batch(msg.data)
+        except WireError:
+            return True  # the validator refuses it, as invalid
+        self._hold_decoded(msg, batch)
+        if not self._origin_groups.take(peer, len(batch.groups)):
+            self.counters.add("dropped.origin_group_rate")
+            self.counters.add("dropped.origin_group_rate_groups", len(batch.groups))
+            self.scores.report(peer, "rate_limited")
+            return False
+        return True
+
+    def _validate(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
+        """Topic validator: only messages decode_batch accepts, for this swarm, are
+        delivered or forwarded; a refusal is gossipsub's REJECT (P4 against the
+        forwarder: an honest one validates before it relays). Total: it returns,
+        whatever the bytes."""
         try:
             return self._check_message(msg)
         except Exception as err:  # a bug here must cost one message, not the node
@@ -295,30 +330,29 @@ class P2PHost:
         if origin == self.peer_id:
             return True  # our own publish
         peer = origin.to_base58()
-        if not self._origin_msgs.take(peer):
-            self.counters.add("dropped.origin_msg_rate")
-            self.scores.report(peer, "rate_limited")
-            return False
-        try:
-            batch = decode_batch(msg.data)
-        except WireError as err:
-            self.counters.add(f"rejected.{err.reason}")
-            self.scores.report(peer, "invalid")
-            log.debug("rejected a message from %s: %s", peer, err)
-            return False
-        if not self._origin_groups.take(peer, len(batch.groups)):
-            self.counters.add("dropped.origin_group_rate")
-            self.counters.add("dropped.origin_group_rate_groups", len(batch.groups))
-            self.scores.report(peer, "rate_limited")
-            return False
+        held = self._decoded.get(id(msg))
+        if held is not None and held[0] is msg:
+            batch = held[1]
+        else:
+            try:
+                batch = decode_batch(msg.data)
+            except WireError as err:
+                self.counters.add(f"rejected.{err.reason}")
+                self.scores.report(peer, "invalid")
+                log.debug("rejected a message from %s: %s", peer, err)
+                return False
+            self._hold_decoded(msg, batch)
         if batch.swarm != self.cfg.name:
             self.counters.add("rejected.wrong_swarm")
             self.scores.report(peer, "wrong_swarm")
             return False
+        return True
+
+    def _hold_decoded(self, msg: rpc_pb2.Message, batch: Batch) -> None:
+        """Keep a message's decoded batch for the steps after (bounded: 256)."""
         self._decoded[id(msg)] = (msg, batch)
         while len(self._decoded) > 256:
             self._decoded.popitem(last=False)
-        return True
 
     def _deliver(self, msg: rpc_pb2.Message) -> None:
         """A validated message on our topic: straight into the bounded inbox."""

@@ -308,9 +308,9 @@ def paced_flooder(
 def test_a_flood_of_valid_messages_gets_its_sender_graylisted(tmp_path: Path) -> None:
     """Well-formed, correctly signed messages, one identity, far over the per-originator
     rate but under the per-forwarder one. Each message over the originator's rate costs
-    its originator, here also its forwarder: the flooder is graylisted and
-    disconnected. (Its drops are gossipsub IGNOREs, no P4; should its score fall under
-    the publish gate some other way, the gate's drops cost it too: ``_score_gate``.)"""
+    its originator, here also its forwarder: gossipsub's P4 puts it under the publish
+    gate, and each of the gate's drops costs it too (``_score_gate``): the flooder is
+    graylisted and disconnected."""
     frames = [frame(*(message(payload(1000 + 90 * i + j)) for j in range(90))) for i in range(8)]
 
     async def main() -> None:
@@ -329,7 +329,7 @@ def test_a_flood_of_valid_messages_gets_its_sender_graylisted(tmp_path: Path) ->
                 lambda: me not in node.stats()["connected_peers"], "flooder disconnected"
             )
             c = node.stats()["counters"]
-            assert c.get("dropped.origin_msg_rate", 0) >= 200
+            assert c.get("dropped.origin_msg_rate", 0) > 0 and c.get("dropped.score_gate", 0) > 0
             assert c.get("dropped.forwarder_rate", 0) == 0  # the gate did it, not this
             # every message read is accounted for: delivered, or dropped and counted
             dropped = sum(v for k, v in c.items() if k.startswith("dropped."))

@@ -25,14 +25,15 @@ Invariants:
   message rate, gossipsub's publish-score gate; only then, in the message's task,
   the signature (Ed25519 verify), then the topic's admit hook (the host's: the
   originator's rates), then the topic validator (the host's: ``decode_batch``).
-- What the admit hook refuses is gossipsub's IGNORE, not REJECT: no P4 against the
-  forwarder. An honest node relays a valid message its own budget for the
-  originator allowed; ours may not (a burst the forwarder's reading paced into
+- What the admit hook refuses from a relay is gossipsub's IGNORE, not REJECT: no P4
+  against the forwarder. An honest node relays a valid message its own budget for
+  the originator allowed; ours may not (a burst the forwarder's reading paced into
   ours). Refused by the validator, five Sybils each under the originator rates
   made a node relaying them score below its honest peer's publish threshold, and
-  that peer stopped sending to it (bench_flood, tiny model, 2026-12-06). A peer
-  that floods under its own identity still pays: the originator's excess is
-  charged to its own score (P6).
+  that peer stopped sending to it (bench_flood, tiny model, 2026-12-06). A peer's
+  own excess (originator = forwarder) stays a REJECT (P4): it puts a flooder under
+  the publish gate, where its messages stop before the signature check. The
+  originator's score (P6) is charged either way.
 - A message's signature is verified once: py-libp2p's ``push_msg`` verifies it again
   under strict signing, so its module's ``signature_validator`` is replaced by one
   that passes the message object ``_signed`` verified last (its call follows ours
@@ -504,6 +505,9 @@ class HardenedPubsub(Pubsub):
         for topic in msg.topicIDs:
             admit = self._admit.get(topic)
             if admit is not None and not admit(forwarder, msg):
+                scorer = getattr(self.router, "scorer", None)
+                if scorer is not None and msg.from_id == forwarder.to_bytes():
+                    scorer.on_invalid_message(forwarder, topic)  # its own excess: REJECT
                 return False
         return True
 

@@ -282,8 +282,8 @@ class P2PHost:
 
     def _admit(self, forwarder: ID, msg: rpc_pb2.Message) -> bool:
         """Admit hook: the originator's rates (messages, then groups). A drop here is
-        the originator's doing, charged to it, and no fault of the forwarder
-        (``HardenedPubsub.set_admit``). Runs after the signature check, so the
+        the originator's doing, charged to it, and no fault of a forwarder that
+        relayed it (``HardenedPubsub.set_admit``). Runs after the signature check, so the
         originator is authentic; total: it returns, whatever the bytes."""
         try:
             return self._within_origin_rates(msg)

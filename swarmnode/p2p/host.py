@@ -41,6 +41,7 @@ import contextlib
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from typing import Any
@@ -285,11 +286,22 @@ class P2PHost:
         the originator's doing, charged to it, and no fault of a forwarder that
         relayed it (``HardenedPubsub.set_admit``). Runs after the signature check, so the
         originator is authentic; total: it returns, whatever the bytes."""
+        return self._total("admit", self._within_origin_rates, forwarder, msg)
+
+    def _total(
+        self,
+        step: str,
+        check: Callable[[rpc_pb2.Message], bool],
+        forwarder: ID,
+        msg: rpc_pb2.Message,
+    ) -> bool:
+        """``check(msg)``, or False if it raises: a bug there must cost one message, not
+        the node (counted as ``errors.<step>``, logged)."""
         try:
-            return self._within_origin_rates(msg)
-        except Exception as err:  # a bug here must cost one message, not the node
-            self.counters.add("errors.admit")
-            log.warning("admit raised %r on a message via %s", err, forwarder)
+            return check(msg)
+        except Exception as err:
+            self.counters.add(f"errors.{step}")
+            log.warning("%s raised %r on a message via %s", step, err, forwarder)
             return False
 
     def _within_origin_rates(self, msg: rpc_pb2.Message) -> bool:
@@ -318,12 +330,7 @@ class P2PHost:
         delivered or forwarded; a refusal is gossipsub's REJECT (P4 against the
         forwarder: an honest one validates before it relays). Total: it returns,
         whatever the bytes."""
-        try:
-            return self._check_message(msg)
-        except Exception as err:  # a bug here must cost one message, not the node
-            self.counters.add("errors.validator")
-            log.warning("validator raised %r on a message via %s", err, forwarder)
-            return False
+        return self._total("validator", self._check_message, forwarder, msg)
 
     def _check_message(self, msg: rpc_pb2.Message) -> bool:
         origin = ID(msg.from_id)

@@ -138,6 +138,11 @@ class Tenure:
         """Whether ``peer``'s tenure has started (no clock: any thread may ask)."""
         return peer in self._first
 
+    def started(self, peer: str) -> float:
+        """When ``peer``'s tenure began, on this clock (now, for a peer never noted)."""
+        first = self._first.get(peer)
+        return self.clock() if first is None else first
+
     def age(self, peer: str) -> float:
         """Seconds since ``peer``'s first valid act (0 for a peer never noted)."""
         first = self._first.get(peer)

@@ -336,9 +336,8 @@ class SwarmSampler:
         """
         weights = {p: self.tenure_weight(p) for p in peers}
         span = self.cfg.peer_tenure_s * COHORT_SHARE
-        now = self.tenure.clock()
         cohort = {
-            p: math.floor((now - self.tenure.age(p)) / span) for p, w in weights.items() if w < 1.0
+            p: math.floor(self.tenure.started(p) / span) for p, w in weights.items() if w < 1.0
         }
         size = Counter(cohort.values())
         return {p: w / size[cohort[p]] if p in cohort else w for p, w in weights.items()}

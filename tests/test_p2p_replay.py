@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 from libp2p.peer.peerinfo import PeerInfo
+from libp2p.stream_muxer.yamux.yamux import YamuxStream
 
+from swarmnode.p2p import yamux_write
 from swarmnode.p2p.gossip import topic_for
 from swarmnode.share.inbox import Counters
 from tests.helpers import hardened_and_stock
@@ -103,3 +106,68 @@ def test_a_peers_signed_record_is_consumed_once_not_per_control_frame() -> None:
     trio.run(main)
     assert counters.get("frames_in") >= 10
     assert len(consumed) <= 2, f"{len(consumed)} records consumed for one unchanged record"
+
+
+@pytest.mark.parametrize("writer", ["stock", "resetting"])
+def test_a_peer_whose_write_stalled_learns_our_subscription_again(
+    writer: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A py-libp2p peer whose write waits 5 s for flow-control credit (we held its
+    reads: the read pacing, the CPU cap) gives up on its stream: it forgets our
+    subscriptions, opens a new stream and sends its own, but never heard ours again,
+    as nothing of ours changed. It then neither grafted us nor published to us while
+    the connection lasted: five Sybils held by the CPU cap went silent that way after
+    15 s (bench_flood, 2026-12-06), and so would an honest peer. The stall is real
+    (py-libp2p's yamux write, its timeout, its recovery); only the exhausted window is
+    set by hand. ``stock``: py-libp2p's write leaves the old stream open;
+    ``resetting``: swarmnode's write wrapper (yamux_write) resets it."""
+    monkeypatch.setattr(
+        YamuxStream,
+        "write",
+        yamux_write._whole_write if writer == "resetting" else yamux_write._ORIGINAL,
+    )
+    counters = Counters()
+    heard: list[bytes] = []
+
+    async def main() -> None:
+        async with (
+            hardened_and_stock(counters) as (node_host, node, peer_host, peer),
+            trio.open_nursery() as nursery,
+        ):
+            sub = await node.subscribe(TOPIC)
+
+            async def listen() -> None:
+                while True:
+                    heard.append((await sub.get()).data)
+
+            nursery.start_soon(listen)
+            nid = node_host.get_id()
+
+            def meshed() -> bool:
+                return nid in peer.peer_topics.get(TOPIC, set()) and nid in peer.router.mesh.get(
+                    TOPIC, set()
+                )
+
+            with trio.fail_after(DEADLINE_S):
+                await peer_host.connect(PeerInfo(nid, node_host.get_addrs()))
+                while not meshed():
+                    await trio.sleep(0.01)
+            stalled = peer.peers[nid]
+            stalled.muxed_stream.send_window = 0  # no credit left: the next write waits
+            await peer.publish(TOPIC, b"stalled")
+            with trio.fail_after(DEADLINE_S):  # py-libp2p gives up after 5 s
+                while peer.peers.get(nid) is stalled:
+                    await trio.sleep(0.05)
+            with trio.fail_after(DEADLINE_S):
+                while not meshed():
+                    await trio.sleep(0.05)
+                await peer.publish(TOPIC, b"after the stall")
+                while b"after the stall" not in heard:
+                    await trio.sleep(0.05)
+            assert not node.manager.did_error
+            nursery.cancel_scope.cancel()
+
+    trio.run(main)
+    assert counters.get("pubsub.resubscribed") >= 1
+    if writer == "stock":  # the old stream was left open: reset by the node
+        assert counters.get("pubsub.inbound_replaced") >= 1

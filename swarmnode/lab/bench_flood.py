@@ -154,7 +154,10 @@ class Flooder:
     ``sent[k]``: messages identity k's router queued for the victim, less those its
     outbound queue dropped (``queue_dropped``); ``published``: publishes that
     returned; ``failed``: publishes or redials that raised; ``redials``: dials after
-    the victim cut it off."""
+    the victim cut it off (or after py-libp2p dropped its stream to the victim: it
+    does when a write waits 5 s for credit); ``pruned_by``: PRUNEs the victim sent
+    each; ``meshed_s_by``: seconds each had the victim in its mesh (py-libp2p
+    publishes only to mesh peers: one not meshed sends nothing, whatever its rate)."""
 
     def __init__(
         self, target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
@@ -165,6 +168,8 @@ class Flooder:
         self.published, self.sent = [0] * identities, [0] * identities
         self.queue_dropped = [0] * identities
         self.failed, self.redials = [0] * identities, [0] * identities
+        self.pruned = [0] * identities  # PRUNEs the victim sent identity k
+        self.meshed_s = [0.0] * identities  # seconds of the flood with the victim in k's mesh
         self.ready: list[str] = []
         self.stop_at: list[float] = []  # set once every host is meshed
         self.all_ready = trio.Event()
@@ -188,8 +193,16 @@ class Flooder:
                 queue_dropped[k] += len(rpc.publish)
             drop(peer, rpc, reason)
 
+        handle_prune = gs.handle_prune
+
+        async def pruned(msg: rpc_pb2.ControlPrune, sender: Any) -> None:
+            if sender == victim:
+                self.pruned[k] += 1
+            await handle_prune(msg, sender)
+
         setattr(gs, "send_rpc", send_rpc)  # noqa: B010 (instrumenting a library object)
         setattr(gs, "_handle_dropped_rpc", dropped)  # noqa: B010
+        setattr(gs, "handle_prune", pruned)  # noqa: B010
 
     async def one(self, k: int) -> None:
         """Identity k: join the topic, wait until the victim is in its mesh (and every
@@ -221,7 +234,18 @@ class Flooder:
                 self.stop_at.append(time.monotonic() + self.seconds)
                 self.all_ready.set()
             await self.all_ready.wait()
-            await self.flood(k, host, ps)
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self.watch_mesh, k, gs)
+                await self.flood(k, host, ps)
+                nursery.cancel_scope.cancel()
+
+    async def watch_mesh(self, k: int, gs: GossipSub) -> None:
+        """``meshed_s[k]``: how long the victim was in identity k's mesh (sampled every
+        0.5 s): a pruned identity publishes to nobody, whatever its rate."""
+        while True:
+            await trio.sleep(0.5)
+            if self.info.peer_id in gs.mesh.get(TOPIC, set()):
+                self.meshed_s[k] += 0.5
 
     async def flood(self, k: int, host: Any, ps: Pubsub) -> None:
         """Publish ``rate`` messages a second (0: as fast as the connection takes
@@ -270,6 +294,8 @@ class Flooder:
             queue_dropped=sum(self.queue_dropped),
             failed=sum(self.failed),
             redials=sum(self.redials),
+            pruned_by=self.pruned,
+            meshed_s_by=self.meshed_s,
         )
         out["cpu_s"] = round(cpu.ru_utime + cpu.ru_stime, 1)
         return json.dumps(out)

@@ -46,6 +46,11 @@ Invariants:
   (``dropped.subscription_full``).
 - The first copy of a message read from a stream over a relayed connection is
   counted (``msgs_in_via_relay``): what the swarm owes to circuit relays.
+- A peer that opens a pubsub stream to us while ours to it is registered gets our
+  subscriptions again (``pubsub.resubscribed``); an older stream of its still open is
+  reset (``pubsub.inbound_replaced``). py-libp2p gives up a stream whose write waited
+  5 s for credit (we held its reads) and forgets our subscriptions with it; it then
+  went silent towards us for as long as the connection lasted.
 - A peer is handed a topic's recent messages on subscribing (py-libp2p's replay) at
   most once per ``REPLAY_EVERY_S``, however often it redials or re-announces.
 - Blacklisting a peer tears down only the stream it reset, with its send queue and
@@ -211,12 +216,46 @@ class HardenedPubsub(Pubsub):
     async def stream_handler(self, stream: Any) -> None:
         peer_id = stream.muxed_conn.peer_id
         mine = (stream, is_relayed(getattr(stream, "swarm_conn", None)))
+        older = self._inbound.get(peer_id)
         self._inbound[peer_id] = mine
+        if older is not None and older[0] is not stream:
+            await self._replaced(peer_id, older[0])
+        self._resubscribe(peer_id)
         try:
             await self._read_stream(stream, peer_id)
         finally:
             if self._inbound.get(peer_id) is mine:
                 del self._inbound[peer_id]
+
+    async def _replaced(self, peer_id: ID, older: Any) -> None:
+        """A peer opened a new pubsub stream while its older one is still open: it gave
+        that one up without a reset (``pubsub.inbound_replaced``). The older stream is
+        reset, as go-libp2p-pubsub does with a duplicate."""
+        self._counters.add("pubsub.inbound_replaced")
+        with trio.move_on_after(_RESET_TIMEOUT_S):
+            try:
+                await older.reset()
+            except Exception as err:  # already broken: as good as reset
+                log.debug("reset of %s's older pubsub stream: %r", peer_id, err)
+
+    def _resubscribe(self, peer_id: ID) -> None:
+        """Send our subscriptions again to a peer that opened a pubsub stream to us
+        while ours to it is registered (``pubsub.resubscribed``). A py-libp2p peer
+        whose write waited 5 s for flow-control credit (we held its reads: the pacing,
+        the CPU cap) gives its stream up (stock: silently; with our write wrapper, with
+        a reset), forgets our subscriptions and opens a new stream with its own; but
+        nothing of ours changed, so it never heard ours again, never grafted us and
+        never published to us while the connection lasted. Its new stream comes after
+        it forgot them, so what we send now lands. At a first contact this repeats the
+        hello our own stream opened with, when that came first: a subscription the
+        peer already holds is a no-op to it."""
+        queue = self.peer_queues.get(peer_id)
+        if queue is None or not self.topic_ids:
+            return
+        if queue.push(self.get_hello_packet(), True):
+            self._counters.add("pubsub.resubscribed")
+        else:
+            self._counters.add("pubsub.resubscribe_dropped")  # its queue is full
 
     async def _read_stream(self, stream: Any, peer_id: ID) -> None:
         try:

@@ -552,8 +552,15 @@ async def phase(
     cpu0, threads0 = victim.cpu_s(), victim.thread_cpu_s()
     before, pub0 = victim.rounds(), honest_published[0]
     graylisted_at: dict[str, float] = {}
+    shares: list[float] = []  # the CPU share outside training, each second
+    levels: list[float | None] = []  # the level the cap held heavy readers to, each second
     while (now := time.monotonic()) < t0 + seconds:
-        scores = victim.status()["swarm"].get("peer_scores", {})
+        swarm = victim.status()["swarm"]
+        scores = swarm.get("peer_scores", {})
+        reading = swarm.get("reading", {})
+        if "net_share" in reading:
+            shares.append(reading["net_share"])
+            levels.append(reading.get("net_share_level"))
         for p in flood_ids:
             if scores.get(p, {}).get("graylisted") and p not in graylisted_at:
                 graylisted_at[p] = round(now - t0, 1)
@@ -609,6 +616,10 @@ async def phase(
         log_bytes_per_min=round((log1 - log0) * 60 / (t1 - t0)),
         counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
         reading=st1["swarm"].get("reading", {}),  # CPU share outside training, at the end
+        # sampled each second: the share's mean and peak, and the seconds the cap bound
+        net_share_mean=round(statistics.fmean(shares), 4) if shares else None,
+        net_share_max=max(shares, default=None),
+        cap_bound_s=sum(1 for lv in levels if lv is not None),
         # the busiest thread is the trainer's: the others' CPU over the phase, a core's share
         outside_training_share=round((sum(used) - max(used)) / (t1 - t0), 4),
         work=[[r.tokens_generated, r.tokens_trained] for r in recs[1:]],

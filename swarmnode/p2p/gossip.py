@@ -93,7 +93,7 @@ log = logging.getLogger("swarmnode.p2p")
 GOSSIP_PROTOCOLS = (PROTOCOL_ID_V12, PROTOCOL_ID_V11, PROTOCOL_ID)
 # pubsub caps whole RPC frames; one message plus its signed envelope must fit.
 MAX_RPC_BYTES = 1024 * 1024
-_RESET_TIMEOUT_S = 1.0  # a stream reset on blacklisting waits at most this long
+_RESET_TIMEOUT_S = 1.0  # a stream reset waits at most this long
 REPLAY_EVERY_S = 300.0  # a peer is handed a topic's recent messages at most this often
 MAX_REPLAYS_KEPT = 4096
 
@@ -152,6 +152,17 @@ def _b58(raw: bytes) -> str:
         return ID(raw).to_base58()
     except Exception:  # any bytes base58-encode; this is belt and braces for odd types
         return "<invalid>"
+
+
+async def _reset(stream: Any, what: str) -> None:
+    """Reset ``stream``, waiting at most ``_RESET_TIMEOUT_S`` (behind a full send
+    buffer, a peer that does not read); one that raises is already broken, as good
+    as reset (logged at debug)."""
+    with trio.move_on_after(_RESET_TIMEOUT_S):
+        try:
+            await stream.reset()
+        except Exception as err:
+            log.debug("reset of %s: %r", what, err)
 
 
 class HardenedPubsub(Pubsub):
@@ -232,11 +243,7 @@ class HardenedPubsub(Pubsub):
         that one up without a reset (``pubsub.inbound_replaced``). The older stream is
         reset, as go-libp2p-pubsub does with a duplicate."""
         self._counters.add("pubsub.inbound_replaced")
-        with trio.move_on_after(_RESET_TIMEOUT_S):
-            try:
-                await older.reset()
-            except Exception as err:  # already broken: as good as reset
-                log.debug("reset of %s's older pubsub stream: %r", peer_id, err)
+        await _reset(older, f"{peer_id}'s older pubsub stream")
 
     def _resubscribe(self, peer_id: ID) -> None:
         """Send our subscriptions again to a peer that opened a pubsub stream to us
@@ -278,11 +285,7 @@ class HardenedPubsub(Pubsub):
                 peer_id,
                 err.__class__.__name__,
             )
-            with trio.move_on_after(1.0):
-                try:
-                    await stream.reset()
-                except Exception as reset_err:  # the stream may already be broken
-                    log.debug("reset after a bad RPC failed: %r", reset_err)
+            await _reset(stream, f"{peer_id}'s stream after a bad RPC")
             self._handle_dead_peer(peer_id)
 
     async def continuously_read_stream(self, stream: Any) -> None:
@@ -444,11 +447,7 @@ class HardenedPubsub(Pubsub):
         (``pubsub.teardown_raced``)."""
         stream = self.peers.get(peer_id)
         if stream is not None:
-            with trio.move_on_after(_RESET_TIMEOUT_S):
-                try:
-                    await stream.reset()
-                except Exception as err:  # a broken stream is as good as reset
-                    log.debug("reset of %s's stream on blacklisting: %r", peer_id, err)
+            await _reset(stream, f"{peer_id}'s stream on blacklisting")
         if not self.is_peer_blacklisted(peer_id):
             self._counters.add("pubsub.teardown_raced")  # lifted meanwhile: it may be back
             return

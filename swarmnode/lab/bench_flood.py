@@ -6,8 +6,9 @@ or ``--model`` (e.g. the embedded model a user's node runs), in a swarm, with
 process) publishes one realistic batch of catalog items each time the victim
 finishes a round, as in scripts/bench_swarm.py, within the pace a node keeps
 (``OwnPace``: where the victim's rounds are faster than 2.5 a second, the rounds over
-it are not published, as a node would not publish them). Flooders run in a separate
-process (``--flooder``): raw py-libp2p hosts with Ed25519 identities, one each, that join
+it are not published, as a node would not publish them; swarmnode/lab/victim.py).
+Flooders run in a separate process (swarmnode/lab/flooder.py): raw py-libp2p hosts
+with Ed25519 identities, one each, that join
 the topic, wait until the victim is in their mesh, then publish (as fast as their
 connection to the victim takes them, or at a set rate) validly signed, well-formed
 messages (msgpack built here, never swarmnode's encoder) of real catalog items with
@@ -56,8 +57,6 @@ import asyncio
 import itertools
 import json
 import os
-import random
-import resource
 import shutil
 import signal
 import statistics
@@ -68,36 +67,24 @@ import time
 from pathlib import Path
 from typing import Any
 
-import trio
-import yaml
-from libp2p import new_host
-from libp2p.crypto.ed25519 import create_new_key_pair
-from libp2p.peer.peerinfo import info_from_p2p_addr
-from libp2p.pubsub.gossipsub import GossipSub
-from libp2p.pubsub.pb import rpc_pb2
-from libp2p.pubsub.pubsub import Pubsub
-from libp2p.tools.anyio_service import background_trio_service
-from multiaddr import Multiaddr
-
-from swarmnode.config import SwarmConfig, parse_config
 from swarmnode.lab import REPO
-from swarmnode.lab.bench_swarm import TASKS, node_cfg, peer_batch
-from swarmnode.learn.metrics import RoundRecord, read_rounds
-from swarmnode.learn.rewards import make_scorer
-from swarmnode.learn.tasks import TaskMix
-from swarmnode.ops.control import ControlError, query_status
-from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
-from swarmnode.p2p.transport import GossipTransport
-from swarmnode.share.publish_rate import OwnPace
-from swarmnode.share.wire import encode_batch
+from swarmnode.lab.flooder import SILENT
+from swarmnode.lab.victim import (
+    FRESHNESS_S,
+    MODEL_HELP,
+    PIN_HELP,
+    Victim,
+    counted_in,
+    deltas,
+    honest_peer,
+    pin_cpus,
+    ratio_interval,
+    shut_down,
+    start_node,
+)
 
-TOPIC = topic_for("default")
-# The victim's sapo.freshness_s: a phase's flood groups expire before the next phase
-# (``Victim.settle``), not to take the next phase's slots; honest groups wait a round.
-FRESHNESS_S = 60.0
 FLOODERS: list[subprocess.Popen[bytes]] = []  # killed on the way out, whatever happens
 UNDER = -1.0  # a phase's rate: --under-rate messages a second of --under-groups groups
-SILENT = -2.0  # a phase's rate: meshed with the victim, publishing nothing
 PHASES = (  # name, identities, messages/s per identity (0: as fast as it can), groups each
     ("calm", 0, 0.0, 1),
     ("5idle", 5, SILENT, 0),
@@ -107,415 +94,11 @@ PHASES = (  # name, identities, messages/s per identity (0: as fast as it can), 
 )
 
 
-# ---- the flooder process -----------------------------------------------------------
-
-
-def flood_pool(seed: int, k: int, size: int) -> list[dict[str, Any]]:
-    """``size`` well-formed catalog groups (G = 8) with true reward claims, identity k
-    (items from the task seed ``seed + k``: a new phase's flood is new to the victim)."""
-    mix = TaskMix(parse_config({"tasks": {**TASKS, "seed": seed + k}}).tasks)
-    score, rng = make_scorer(0.0), random.Random(k)
-    pool: list[dict[str, Any]] = []
-    for r in itertools.count(1):
-        for g in peer_batch(mix, r, 4, 8, 0, rng):
-            rewards = score(g.completions, mix.regenerate(g.ref))[0]
-            pool.append(
-                {
-                    "ref": {
-                        "dataset": g.ref.dataset,
-                        "config": g.ref.config,
-                        "seed": g.ref.seed,
-                        "index": g.ref.index,
-                    },
-                    "question": g.question,
-                    "completions": list(g.completions),
-                    "rewards": [float(x) for x in rewards],
-                    "model": "flood",
-                    "finished": [True] * len(g.completions),
-                }
-            )
-        if len(pool) >= size:
-            return pool
-    raise AssertionError("unreachable")
-
-
-def flood_payload(pool: list[dict[str, Any]], i: int, groups: int) -> bytes:
-    import msgpack
-
-    now = time.time()
-    batch = [dict(pool[(i * groups + j) % len(pool)], created=now) for j in range(groups)]
-    obj = {"v": 2, "swarm": "default", "round": i + 1, "groups": batch}
-    return bytes(msgpack.packb(obj, use_bin_type=True))
-
-
-class Flooder:
-    """The flooder process: one raw py-libp2p host per identity, and what each did.
-
-    ``sent[k]``: messages identity k's router queued for the victim, less those its
-    outbound queue dropped (``queue_dropped``); ``published``: publishes that
-    returned; ``failed``: publishes or redials that raised; ``redials``: dials after
-    the victim cut it off (or after py-libp2p dropped its stream to the victim: it
-    does when a write waits 5 s for credit); ``pruned_by``: PRUNEs the victim sent
-    each; ``meshed_s_by``: seconds each had the victim in its mesh (py-libp2p
-    publishes only to mesh peers: one not meshed sends nothing, whatever its rate)."""
-
-    def __init__(
-        self, target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
-    ) -> None:
-        self.info = info_from_p2p_addr(Multiaddr(target))
-        self.identities, self.seconds, self.rate, self.groups = identities, seconds, rate, groups
-        self.pools = [flood_pool(seed, k, 1500) for k in range(identities)]
-        self.published, self.sent = [0] * identities, [0] * identities
-        self.queue_dropped = [0] * identities
-        self.failed, self.redials = [0] * identities, [0] * identities
-        self.pruned = [0] * identities  # PRUNEs the victim sent identity k
-        self.meshed_s = [0.0] * identities  # seconds of the flood with the victim in k's mesh
-        self.ready: list[str] = []
-        self.stop_at: list[float] = []  # set once every host is meshed
-        self.all_ready = trio.Event()
-
-    def count_sends(self, k: int, ps: Pubsub, gs: GossipSub) -> None:
-        """``sent[k]``: messages the router queued for the victim, less queue drops."""
-        send, drop = gs.send_rpc, gs._handle_dropped_rpc
-        victim, queue_dropped = self.info.peer_id, self.queue_dropped
-
-        def send_rpc(peer: Any, rpc: rpc_pb2.RPC, priority: bool = False) -> None:
-            if peer != victim or not rpc.publish or peer not in ps.peer_queues:
-                send(peer, rpc, priority)
-                return
-            before = queue_dropped[k]
-            send(peer, rpc, priority)
-            if queue_dropped[k] == before:
-                self.sent[k] += len(rpc.publish)
-
-        def dropped(peer: Any, rpc: rpc_pb2.RPC, reason: str) -> None:
-            if peer == victim:
-                queue_dropped[k] += len(rpc.publish)
-            drop(peer, rpc, reason)
-
-        handle_prune = gs.handle_prune
-
-        async def pruned(msg: rpc_pb2.ControlPrune, sender: Any) -> None:
-            if sender == victim:
-                self.pruned[k] += 1
-            await handle_prune(msg, sender)
-
-        setattr(gs, "send_rpc", send_rpc)  # noqa: B010 (instrumenting a library object)
-        setattr(gs, "_handle_dropped_rpc", dropped)  # noqa: B010
-        setattr(gs, "handle_prune", pruned)  # noqa: B010
-
-    async def one(self, k: int) -> None:
-        """Identity k: join the topic, wait until the victim is in its mesh (and every
-        other host too), then flood until the shared stop time."""
-        info = self.info
-        listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
-        host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
-        # py-libp2p's spam guard also throttles our own publishes (10/s): an attacker
-        # turns it off.
-        gs = GossipSub(
-            list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1, spam_protection_enabled=False
-        )
-        ps = Pubsub(host, gs, strict_signing=True)
-        self.count_sends(k, ps, gs)
-        async with (
-            host.run(listen_addrs=listen),
-            background_trio_service(ps),
-            background_trio_service(gs),
-        ):
-            await ps.wait_until_ready()
-            await ps.subscribe(TOPIC)
-            with trio.fail_after(60):
-                await host.connect(info)
-                while info.peer_id not in gs.mesh.get(TOPIC, set()):
-                    await trio.sleep(0.2)
-            self.ready.append(host.get_id().to_base58())
-            if len(self.ready) == self.identities:
-                print(json.dumps({"ready": self.ready}), flush=True)
-                self.stop_at.append(time.monotonic() + self.seconds)
-                self.all_ready.set()
-            await self.all_ready.wait()
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(self.watch_mesh, k, gs)
-                await self.flood(k, host, ps)
-                nursery.cancel_scope.cancel()
-
-    async def watch_mesh(self, k: int, gs: GossipSub) -> None:
-        """``meshed_s[k]``: how long the victim was in identity k's mesh (sampled every
-        0.5 s): a pruned identity publishes to nobody, whatever its rate."""
-        while True:
-            await trio.sleep(0.5)
-            if self.info.peer_id in gs.mesh.get(TOPIC, set()):
-                self.meshed_s[k] += 0.5
-
-    async def flood(self, k: int, host: Any, ps: Pubsub) -> None:
-        """Publish ``rate`` messages a second (0: as fast as the connection takes
-        them; ``SILENT``: none) until the stop time; redial whenever the victim cut
-        us off."""
-        info, rate = self.info, self.rate
-        i, next_at = 0, time.monotonic()
-        while time.monotonic() < self.stop_at[0]:
-            if info.peer_id not in ps.peers:  # cut off by the victim: redial, as attackers do
-                self.redials[k] += 1
-                with trio.move_on_after(2):
-                    try:
-                        await host.connect(info)
-                    except Exception:  # refused: counted, tried again in a second
-                        self.failed[k] += 1
-                await trio.sleep(1)
-                continue
-            if rate == SILENT:  # a peer like any other, with nothing to say
-                await trio.sleep(0.5)
-                continue
-            queue = ps.peer_queues.get(info.peer_id)
-            if queue is not None and len(queue) >= 8:
-                # Unpaced, the publish loop starved the writer task: 16 of 8,390
-                # messages left and the rest died in the full queue. Send only as
-                # fast as the connection takes them.
-                await trio.sleep(0.001)
-                continue
-            try:
-                await ps.publish(TOPIC, flood_payload(self.pools[k], i, self.groups))
-                self.published[k] += 1
-            except Exception:  # counted; a flooder keeps going
-                self.failed[k] += 1
-                await trio.sleep(0.01)
-            i += 1
-            if rate > 0:
-                next_at += 1 / rate
-                await trio.sleep(max(0.0, next_at - time.monotonic()))
-            elif i % 20 == 0:
-                await trio.sleep(0)
-
-    def figures(self) -> str:
-        cpu = resource.getrusage(resource.RUSAGE_SELF)
-        sent = self.sent
-        out: dict[str, Any] = {"sent": sum(sent), "sent_by": sent, "published": sum(self.published)}
-        out.update(
-            queue_dropped=sum(self.queue_dropped),
-            failed=sum(self.failed),
-            redials=sum(self.redials),
-            pruned_by=self.pruned,
-            meshed_s_by=self.meshed_s,
-        )
-        out["cpu_s"] = round(cpu.ru_utime + cpu.ru_stime, 1)
-        return json.dumps(out)
-
-    async def report(self) -> None:
-        """The figures every 2 s: a flooder stuck in a write still leaves its count."""
-        await self.all_ready.wait()
-        while True:
-            await trio.sleep(2)
-            print(self.figures(), flush=True)
-
-    async def main(self) -> None:
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(self.report)
-            for k in range(self.identities):
-                nursery.start_soon(self.one, k)
-
-
-def run_flooder(
-    target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
-) -> None:
-    """Raw py-libp2p hosts: mesh with the victim, then publish (``rate`` messages a
-    second each; 0: as fast as they can). Prints {"ready": [peer ids]} once every host
-    has the victim in its mesh, and the figures ({"sent": n, ...}) at the end."""
-    flooder = Flooder(target, identities, seconds, rate, groups, seed)
-    try:
-        trio.run(flooder.main)
-    finally:
-        print(flooder.figures(), flush=True)
-
-
-# ---- the measuring side -------------------------------------------------------------
-
-
-def counted_in(status: dict[str, Any]) -> int:
-    """Every message the victim read off a stream, before any gate (``msgs_read``:
-    each ends delivered, dropped or rejected, each counted)."""
-    return int(status["swarm"]["counters"].get("msgs_read", 0))
-
-
-async def shut_down(
-    victim: Victim,
-    children: list[subprocess.Popen[bytes]],
-    stop: asyncio.Event,
-    honest: asyncio.Task[None] | None,
-) -> None:
-    """Kill the attacking / forwarding processes, stop the honest peer, stop the node."""
-    for child in children:
-        if child.poll() is None:
-            child.kill()
-    stop.set()
-    if honest is not None:
-        await asyncio.wait_for(honest, 30)
-    victim.proc.terminate()
-    victim.proc.wait(timeout=60)
-
-
-async def honest_peer(
-    addr: str,
-    tmp: Path,
-    node_data: Path,
-    stop: asyncio.Event,
-    q: int,
-    g: int,
-    ids: list[str],
-    published: list[int],
-) -> None:
-    """Publishes one realistic batch each time the victim finishes a round, within
-    ``OwnPace`` (as the node's own exchange does): an honest peer that published
-    faster than the victim's per-originator rate would be rate-limited, scored down
-    and disconnected by it, and its groups would be missing from every later phase."""
-    cfg = SwarmConfig(
-        enabled=True, listen=["/ip4/127.0.0.1/tcp/0"], bootstrap=[addr], discovery_interval_s=0.5
-    )
-    peer = GossipTransport(cfg, tmp / "honest")
-    mix = TaskMix(parse_config({"tasks": {**TASKS, "seed": 1000}}).tasks)
-    score = make_scorer(0.0)  # honest: the rewards it claims are the ones the victim finds
-    await peer.start()
-    ids.append(peer.peer_id)
-    pace = OwnPace(cfg.origin_msgs_per_s, cfg.origin_msgs_burst, cfg.origin_groups_per_s)
-    rng, seen = random.Random(0), 0
-    try:
-        while not stop.is_set():
-            n = len(read_rounds(node_data / "metrics.jsonl"))
-            for r in range(seen + 1, n + 1):
-                if not pace.admit(q):
-                    continue
-                groups = peer_batch(mix, r, q, g, 0, rng)
-                for grp in groups:
-                    grp.rewards = score(grp.completions, mix.regenerate(grp.ref))[0]
-                await peer.publish(encode_batch("default", r, groups))
-                published[0] += 1
-            seen = n
-            await asyncio.sleep(0.05)
-    finally:
-        await peer.stop()
-
-
-class Victim:
-    def __init__(self, proc: subprocess.Popen[bytes], data: Path, log: Path) -> None:
-        self.proc, self.data, self.log = proc, data, log
-
-    def rounds(self) -> list[RoundRecord]:
-        if self.proc.poll() is not None:
-            raise SystemExit(f"victim exited: {self.log.read_text()[-3000:]}")
-        return read_rounds(self.data / "metrics.jsonl")
-
-    def status(self) -> dict[str, Any]:
-        return query_status(self.data, timeout=10.0)
-
-    def cpu_s(self) -> float:
-        """CPU seconds the node process has used (all its threads): what a flood costs
-        the node itself, apart from the attacker's own CPU on this shared machine."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def thread_cpu_s(self) -> dict[str, float]:
-        """CPU seconds each of its threads has used, by thread id."""
-        out = {}
-        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
-            try:
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # the thread ended
-                continue
-            out[task.name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-        return out
-
-    async def address(self) -> str:
-        """Its first listen address, once its transport is up."""
-        while True:
-            self.rounds()  # exits if the process died
-            try:
-                return str(self.status()["swarm"]["listen_addrs"][0])
-            except (ControlError, IndexError, KeyError, TypeError):
-                await asyncio.sleep(0.5)
-
-    async def settle(self, honest: str, timeout: float) -> None:
-        """Until no group but the honest peer's is queued (the flood's expire after
-        ``FRESHNESS_S``), so that the next phase starts clean; unmeasured."""
-        deadline = time.monotonic() + timeout
-        while set(self.status()["node"]["ingest"]["per_peer"]) - {honest}:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"victim: flood groups still queued after {timeout:.0f}s")
-            await asyncio.sleep(1.0)
-
-    async def wait_rounds(self, n: int, timeout: float) -> list[RoundRecord]:
-        deadline = time.monotonic() + timeout
-        while len(recs := self.rounds()) < n:
-            if time.monotonic() > deadline:
-                raise SystemExit(f"victim: fewer than {n} rounds in {timeout:.0f}s")
-            await asyncio.sleep(0.2)
-        return recs
-
-
-MODEL_HELP = (
-    "the victim's model.name (default: the tiny test model, whose 0.2-0.4 s rounds magnify"
-    " per-message costs; embedded:smollm2-135m is what a user's CPU node runs)"
-)
-
-
-PIN_HELP = (
-    "run the victim alone on the first CPU and this process, the honest peer and the"
-    " attackers on the others, as if they were other machines (on a 2-core machine"
-    " they otherwise take CPU from the victim that a remote attacker could not)"
-)
-
-
-def pin_cpus(pin: bool) -> set[int] | None:
-    """With ``--pin``: move this process (and so every child it starts after this) off
-    the first CPU and return ``{first}``, the victim's; None without it."""
-    if not pin:
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise SystemExit("--pin needs at least 2 CPUs")
-    os.sched_setaffinity(0, cpus[1:])
-    return {cpus[0]}
-
-
-def start_node(
-    tmp: Path,
-    name: str,
-    external: int,
-    questions: int,
-    model: str | None = None,
-    cpus: set[int] | None = None,
-    verify: str = "on_arrival",
-    net_share: float | None = 0.1,
-) -> Victim:
-    """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
-    name or folder as in ``model.name``) or, by default, the tiny test model; on
-    ``cpus`` only if given (set in the child before exec, so all its threads);
-    ``verify`` is its ``sapo.verify``."""
-    if model is None:
-        from swarmnode.lab.tiny import make_tiny_model
-
-        model = str(make_tiny_model(tmp / "tiny", "llama"))
-    cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
-    cfg["sapo"]["verify"] = verify
-    cfg["swarm"]["max_net_share"] = net_share
-    cfg["sapo"]["freshness_s"] = FRESHNESS_S
-    (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
-    log = tmp / f"{name}.log"
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(tmp / f"{name}.yaml")],
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
-        stdout=subprocess.DEVNULL,
-        stderr=log.open("wb"),
-        preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
-    )
-    return Victim(proc, tmp / name, log)
-
-
 def start_flooder(
     addr: str, identities: int, rate: float, groups: int, seed: int
 ) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "swarmnode.lab.bench_flood", "--flooder", addr]
-    argv += ["--identities", str(identities)]
-    argv += ["--flood-rate", str(rate), "--flood-groups", str(groups), "--flood-seed", str(seed)]
+    argv = [sys.executable, "-m", "swarmnode.lab.flooder", addr, "--identities", str(identities)]
+    argv += ["--rate", str(rate), "--groups", str(groups), "--seed", str(seed)]
     flooder = subprocess.Popen(
         argv,
         cwd=REPO,
@@ -525,10 +108,6 @@ def start_flooder(
     )
     FLOODERS.append(flooder)
     return flooder
-
-
-def deltas(new: dict[str, int], old: dict[str, int]) -> dict[str, int]:
-    return {k: v - old.get(k, 0) for k, v in sorted(new.items()) if v != old.get(k, 0)}
 
 
 async def phase(
@@ -628,17 +207,6 @@ async def phase(
     if identities:
         await victim.settle(honest, FRESHNESS_S + 60)
     return out
-
-
-def ratio_interval(calm: list[float], other: list[float], n: int = 2000) -> tuple[float, float]:
-    """95% bootstrap interval of mean(other) / mean(calm), rounds resampled per side."""
-    rng = random.Random(0)
-    draws = sorted(
-        statistics.fmean(rng.choices(other, k=len(other)))
-        / statistics.fmean(rng.choices(calm, k=len(calm)))
-        for _ in range(n)
-    )
-    return draws[int(0.025 * n)], draws[int(0.975 * n) - 1]
 
 
 def work_ratio(
@@ -805,27 +373,11 @@ def main() -> None:
         choices=["on_arrival", "when_drawn"],
         help="the victim's sapo.verify (configs/public.yaml: when_drawn)",
     )
-    ap.add_argument("--flooder", metavar="ADDR", help=argparse.SUPPRESS)
-    ap.add_argument("--identities", type=int, default=1, help=argparse.SUPPRESS)
-    ap.add_argument("--seconds", type=float, default=3600, help=argparse.SUPPRESS)
-    ap.add_argument("--flood-rate", type=float, default=0.0, help=argparse.SUPPRESS)
-    ap.add_argument("--flood-groups", type=int, default=1, help=argparse.SUPPRESS)
-    ap.add_argument("--flood-seed", type=int, default=5000, help=argparse.SUPPRESS)
     ap.add_argument(
         "--under-rate", type=float, default=4.0, help="5sybil_under: messages/s per identity"
     )
     ap.add_argument("--under-groups", type=int, default=6, help="5sybil_under: groups per message")
     args = ap.parse_args()
-    if args.flooder:
-        run_flooder(
-            args.flooder,
-            args.identities,
-            args.seconds,
-            args.flood_rate,
-            args.flood_groups,
-            args.flood_seed,
-        )
-        return
     sys.exit(asyncio.run(amain(args)))
 
 

@@ -26,8 +26,8 @@ import argparse
 import time
 
 from swarmnode.config import parse_config
-from swarmnode.lab.bench_flood import flood_payload, flood_pool
 from swarmnode.lab.bench_swarm import TASKS
+from swarmnode.lab.flooder import flood_payload, flood_pool
 from swarmnode.learn.rewards import make_scorer
 from swarmnode.learn.tasks import preload
 from swarmnode.share.ingest import Catalog, IngestQueue

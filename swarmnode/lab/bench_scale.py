@@ -69,14 +69,13 @@ from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 
 from swarmnode.lab import REPO
-from swarmnode.lab.bench_flood import (
+from swarmnode.lab.flooder import TOPIC, flood_pool
+from swarmnode.lab.victim import (
     MODEL_HELP,
     PIN_HELP,
-    TOPIC,
     Victim,
     counted_in,
     deltas,
-    flood_pool,
     honest_peer,
     pin_cpus,
     ratio_interval,

@@ -11,8 +11,8 @@ import statistics
 import sys
 from pathlib import Path
 
-from swarmnode.lab.bench_flood import ratio_interval
 from swarmnode.lab.bench_scale import pooled
+from swarmnode.lab.victim import ratio_interval
 
 res = {}  # "calm0@1": run 1's phase calm0 (pooled() groups keys by their start)
 for i, path in enumerate(sys.argv[1:]):

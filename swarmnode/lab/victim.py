@@ -1,0 +1,233 @@
+"""The measuring side shared by scripts/bench_flood.py and scripts/bench_scale.py.
+
+A victim node (a ``swarmnode start`` process on the tiny test model or a named one,
+optionally alone on the first CPU), the honest peer that publishes a realistic batch
+each time the victim finishes a round (within ``OwnPace``, as a node would), reading
+the victim's rounds, status and per-thread CPU, and the bootstrap interval of a
+round-time ratio. Every wait has a deadline; a victim that exits ends the bench with
+its log's tail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from swarmnode.config import SwarmConfig, parse_config
+from swarmnode.lab import REPO
+from swarmnode.lab.bench_swarm import TASKS, node_cfg, peer_batch
+from swarmnode.learn.metrics import RoundRecord, read_rounds
+from swarmnode.learn.rewards import make_scorer
+from swarmnode.learn.tasks import TaskMix
+from swarmnode.ops.control import ControlError, query_status
+from swarmnode.p2p.transport import GossipTransport
+from swarmnode.share.publish_rate import OwnPace
+from swarmnode.share.wire import encode_batch
+
+# The victim's sapo.freshness_s: a phase's flood groups expire before the next phase
+# (``Victim.settle``), not to take the next phase's slots; honest groups wait a round.
+FRESHNESS_S = 60.0
+
+
+def counted_in(status: dict[str, Any]) -> int:
+    """Every message the victim read off a stream, before any gate (``msgs_read``:
+    each ends delivered, dropped or rejected, each counted)."""
+    return int(status["swarm"]["counters"].get("msgs_read", 0))
+
+
+async def shut_down(
+    victim: Victim,
+    children: list[subprocess.Popen[bytes]],
+    stop: asyncio.Event,
+    honest: asyncio.Task[None] | None,
+) -> None:
+    """Kill the attacking / forwarding processes, stop the honest peer, stop the node."""
+    for child in children:
+        if child.poll() is None:
+            child.kill()
+    stop.set()
+    if honest is not None:
+        await asyncio.wait_for(honest, 30)
+    victim.proc.terminate()
+    victim.proc.wait(timeout=60)
+
+
+async def honest_peer(
+    addr: str,
+    tmp: Path,
+    node_data: Path,
+    stop: asyncio.Event,
+    q: int,
+    g: int,
+    ids: list[str],
+    published: list[int],
+) -> None:
+    """Publishes one realistic batch each time the victim finishes a round, within
+    ``OwnPace`` (as the node's own exchange does): an honest peer that published
+    faster than the victim's per-originator rate would be rate-limited, scored down
+    and disconnected by it, and its groups would be missing from every later phase."""
+    cfg = SwarmConfig(
+        enabled=True, listen=["/ip4/127.0.0.1/tcp/0"], bootstrap=[addr], discovery_interval_s=0.5
+    )
+    peer = GossipTransport(cfg, tmp / "honest")
+    mix = TaskMix(parse_config({"tasks": {**TASKS, "seed": 1000}}).tasks)
+    score = make_scorer(0.0)  # honest: the rewards it claims are the ones the victim finds
+    await peer.start()
+    ids.append(peer.peer_id)
+    pace = OwnPace(cfg.origin_msgs_per_s, cfg.origin_msgs_burst, cfg.origin_groups_per_s)
+    rng, seen = random.Random(0), 0
+    try:
+        while not stop.is_set():
+            n = len(read_rounds(node_data / "metrics.jsonl"))
+            for r in range(seen + 1, n + 1):
+                if not pace.admit(q):
+                    continue
+                groups = peer_batch(mix, r, q, g, 0, rng)
+                for grp in groups:
+                    grp.rewards = score(grp.completions, mix.regenerate(grp.ref))[0]
+                await peer.publish(encode_batch("default", r, groups))
+                published[0] += 1
+            seen = n
+            await asyncio.sleep(0.05)
+    finally:
+        await peer.stop()
+
+
+class Victim:
+    def __init__(self, proc: subprocess.Popen[bytes], data: Path, log: Path) -> None:
+        self.proc, self.data, self.log = proc, data, log
+
+    def rounds(self) -> list[RoundRecord]:
+        if self.proc.poll() is not None:
+            raise SystemExit(f"victim exited: {self.log.read_text()[-3000:]}")
+        return read_rounds(self.data / "metrics.jsonl")
+
+    def status(self) -> dict[str, Any]:
+        return query_status(self.data, timeout=10.0)
+
+    def cpu_s(self) -> float:
+        """CPU seconds the node process has used (all its threads): what a flood costs
+        the node itself, apart from the attacker's own CPU on this shared machine."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def thread_cpu_s(self) -> dict[str, float]:
+        """CPU seconds each of its threads has used, by thread id."""
+        out = {}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:  # the thread ended
+                continue
+            out[task.name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return out
+
+    async def address(self) -> str:
+        """Its first listen address, once its transport is up."""
+        while True:
+            self.rounds()  # exits if the process died
+            try:
+                return str(self.status()["swarm"]["listen_addrs"][0])
+            except (ControlError, IndexError, KeyError, TypeError):
+                await asyncio.sleep(0.5)
+
+    async def settle(self, honest: str, timeout: float) -> None:
+        """Until no group but the honest peer's is queued (the flood's expire after
+        ``FRESHNESS_S``), so that the next phase starts clean; unmeasured."""
+        deadline = time.monotonic() + timeout
+        while set(self.status()["node"]["ingest"]["per_peer"]) - {honest}:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"victim: flood groups still queued after {timeout:.0f}s")
+            await asyncio.sleep(1.0)
+
+    async def wait_rounds(self, n: int, timeout: float) -> list[RoundRecord]:
+        deadline = time.monotonic() + timeout
+        while len(recs := self.rounds()) < n:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"victim: fewer than {n} rounds in {timeout:.0f}s")
+            await asyncio.sleep(0.2)
+        return recs
+
+
+MODEL_HELP = (
+    "the victim's model.name (default: the tiny test model, whose 0.2-0.4 s rounds magnify"
+    " per-message costs; embedded:smollm2-135m is what a user's CPU node runs)"
+)
+
+
+PIN_HELP = (
+    "run the victim alone on the first CPU and this process, the honest peer and the"
+    " attackers on the others, as if they were other machines (on a 2-core machine"
+    " they otherwise take CPU from the victim that a remote attacker could not)"
+)
+
+
+def pin_cpus(pin: bool) -> set[int] | None:
+    """With ``--pin``: move this process (and so every child it starts after this) off
+    the first CPU and return ``{first}``, the victim's; None without it."""
+    if not pin:
+        return None
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise SystemExit("--pin needs at least 2 CPUs")
+    os.sched_setaffinity(0, cpus[1:])
+    return {cpus[0]}
+
+
+def start_node(
+    tmp: Path,
+    name: str,
+    external: int,
+    questions: int,
+    model: str | None = None,
+    cpus: set[int] | None = None,
+    verify: str = "on_arrival",
+    net_share: float | None = 0.1,
+) -> Victim:
+    """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
+    name or folder as in ``model.name``) or, by default, the tiny test model; on
+    ``cpus`` only if given (set in the child before exec, so all its threads);
+    ``verify`` is its ``sapo.verify``."""
+    if model is None:
+        from swarmnode.lab.tiny import make_tiny_model
+
+        model = str(make_tiny_model(tmp / "tiny", "llama"))
+    cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
+    cfg["sapo"]["verify"] = verify
+    cfg["swarm"]["max_net_share"] = net_share
+    cfg["sapo"]["freshness_s"] = FRESHNESS_S
+    (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
+    log = tmp / f"{name}.log"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "swarmnode.cli", "start", "--config", str(tmp / f"{name}.yaml")],
+        cwd=REPO,
+        env={**os.environ, "OMP_NUM_THREADS": "1", "PYTHONPATH": str(REPO)},
+        stdout=subprocess.DEVNULL,
+        stderr=log.open("wb"),
+        preexec_fn=None if cpus is None else lambda: os.sched_setaffinity(0, cpus),
+    )
+    return Victim(proc, tmp / name, log)
+
+
+def deltas(new: dict[str, int], old: dict[str, int]) -> dict[str, int]:
+    return {k: v - old.get(k, 0) for k, v in sorted(new.items()) if v != old.get(k, 0)}
+
+
+def ratio_interval(calm: list[float], other: list[float], n: int = 2000) -> tuple[float, float]:
+    """95% bootstrap interval of mean(other) / mean(calm), rounds resampled per side."""
+    rng = random.Random(0)
+    draws = sorted(
+        statistics.fmean(rng.choices(other, k=len(other)))
+        / statistics.fmean(rng.choices(calm, k=len(calm)))
+        for _ in range(n)
+    )
+    return draws[int(0.025 * n)], draws[int(0.975 * n) - 1]

@@ -70,7 +70,7 @@ from swarmnode.learn.trainer import Trainer
 from swarmnode.ops.control import ControlServer
 from swarmnode.ops.monitor import MonitorServer, start_monitor
 from swarmnode.ops.status import History, RoundHistory, SapoSummary, TrainerStatus
-from swarmnode.p2p.netshare import TRAINER_THREAD
+from swarmnode.p2p.netshare import TRAINER_THREAD, batch_thread
 from swarmnode.share.completion import AnswerBook, GroupCompleter
 from swarmnode.share.exchange import RolloutExchange
 from swarmnode.share.ingest import Catalog, IngestQueue
@@ -177,7 +177,10 @@ class Node:
         self.sampler = SwarmSampler(cfg.sapo, queue, seed=cfg.train.seed, replay=self.replay)
         # All model work on one long-lived thread: torch keeps per-thread state, and
         # a new thread per call would grow one malloc arena each (RSS creep).
-        self._executor = ThreadPoolExecutor(1, thread_name_prefix=TRAINER_THREAD)
+        # It runs under SCHED_OTHER whatever the thread that started it (batch_threads).
+        self._executor = ThreadPoolExecutor(
+            1, thread_name_prefix=TRAINER_THREAD, initializer=batch_thread, initargs=(False,)
+        )
 
     async def _work(self, fn: Callable[..., T], *args: Any) -> T:
         """Run ``fn(*args)`` on the trainer thread without blocking the event loop."""
@@ -220,6 +223,8 @@ class Node:
 
     async def run(self) -> None:
         tune_allocator()  # before the trainer thread's first allocation (docs/memory.md)
+        if self.cfg.swarm.batch_threads:  # this thread and those it starts but the trainer's
+            batch_thread()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         control = ControlServer(self.data_dir, self.status)
         await control.start()  # refuses a second node on the same data_dir: before any write

@@ -22,6 +22,8 @@ def _phase(durations: list[float], valid: bool = True) -> dict[str, Any]:
         "log_bytes_per_min": 0,
         "s_to_graylist": [None] * 5,
         "outside_training_share": 0.03,
+        "trainer_preempted_per_s": 12.0,
+        "others_woke_per_s": 11.0,
         "sent": 500,
         "flood_counted": 400,
         "ingest_time_share_max": 0.0,

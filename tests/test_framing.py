@@ -17,7 +17,7 @@ import trio.testing
 from libp2p.io.exceptions import IncompleteReadError, MessageTooLarge
 from libp2p.network.stream.exceptions import StreamEOF
 
-from swarmnode.p2p.framing import CHUNK, FrameReader, ReadBudget
+from swarmnode.p2p.framing import CHUNK, WAKE_GRID_S, FrameReader, ReadBudget, wake_at
 from swarmnode.p2p.netshare import NetShare
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share.inbox import Counters
@@ -116,7 +116,9 @@ def test_pace_sleeps_off_a_peer_debt_and_counts_it() -> None:
     elapsed = trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
     assert elapsed == pytest.approx(2.0, abs=0.2)
     snap = counters.snapshot()
-    assert snap["throttled.reads"] == 20 and 1900 <= snap["throttled.ms"] <= 2100
+    # 20 frames of debt, slept off in at most 20 pauses (fewer: a pause that ends on the
+    # grid line after the debt, WAKE_GRID_S, lets what accrued meanwhile pay the next)
+    assert 10 <= snap["throttled.reads"] <= 20 and 1800 <= snap["throttled.ms"] <= 2100
 
 
 def test_a_flooding_peer_is_read_at_its_budget_and_others_still_heard(tmp_path: Path) -> None:
@@ -378,3 +380,31 @@ def test_a_newcomer_asleep_on_the_cpu_cap_still_counts_toward_the_pool() -> None
     assert sizes == [4]
     assert budget.counters.get("throttled.net_share") == 4
     assert budget.counters.get("throttled.net_share.newcomers") == 4  # all in the pool
+
+
+def test_paused_readers_wake_together_on_the_grid_and_never_before_their_debt() -> None:
+    """Debts ending at different times inside one tenth of a second wake in one batch
+    at the grid line after them (one wake-up of the libp2p thread, not five), none
+    before its debt is paid; and the grid costs no throughput (the bucket keeps what
+    accrued meanwhile: test_pace_sleeps_off_a_peer_debt_and_counts_it)."""
+    budget = ReadBudget(frames_per_s=100.0, bytes_per_s=1e9, counters=Counters())
+    woke: dict[str, tuple[float, float]] = {}
+
+    async def reader(peer: str, extra: int) -> None:
+        await budget.pace(peer, 200, 0)  # its burst (2 s at 100 a second)
+        start = trio.current_time()
+        await budget.pace(peer, extra, 0)  # a debt of extra / 100 s
+        woke[peer] = (start + extra / 100.0, trio.current_time())
+
+    async def main() -> None:
+        await trio.sleep(0.01)  # off the grid
+        async with trio.open_nursery() as nursery:
+            for k, extra in enumerate((1, 3, 5, 7, 9)):
+                nursery.start_soon(reader, f"p{k}", extra)
+
+    trio.run(main, clock=trio.testing.MockClock(autojump_threshold=0))
+    wake_times = {round(at, 9) for _, at in woke.values()}
+    assert len(wake_times) == 1  # debts of 0.01-0.09 s: one batch
+    for paid, at in woke.values():
+        assert at >= paid - 1e-9 and wake_at(at) == pytest.approx(at)
+        assert at - paid < WAKE_GRID_S

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import threading
 from pathlib import Path
 
@@ -15,6 +16,7 @@ import pytest
 
 from swarmnode.p2p import netshare
 from swarmnode.p2p.transport import GossipTransport
+from tests.helpers import Proc, node_config, wait_until
 from tests.test_p2p_hostile import ATTACKER_ID, frame, message, paced_flooder, payload
 from tests.test_p2p_swarm import TIMEOUT, Collector, batch, run, swarm_cfg, wait_for
 
@@ -68,3 +70,49 @@ def test_a_replay_flood_is_held_to_the_cap_and_an_honest_peer_still_gets_through
             await node.stop()
 
     run(main())
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_BATCH"), reason="SCHED_BATCH is Linux's")
+def test_a_node_runs_its_trainer_as_usual_and_every_other_thread_batch(
+    tmp_path: Path, tiny_model_dir: Path
+) -> None:
+    """A real ``swarmnode start`` process: the thread that does the training (the one
+    with the most CPU once rounds ran) is SCHED_OTHER, the main thread and the threads
+    it starts (the libp2p thread, py-libp2p's cache cleaner, the event loop's workers)
+    SCHED_BATCH (their wake-ups do not preempt it); native threads the trainer starts
+    (torch's, the tokenizer's) are the trainer's and SCHED_OTHER. With
+    ``swarm.batch_threads: false`` all are SCHED_OTHER. Read from outside, through
+    /proc and sched_getscheduler."""
+
+    def cpu(pid: int) -> dict[int, int]:
+        out = {}
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+            out[int(task.name)] = int(fields[11]) + int(fields[12])
+        return out
+
+    def policies(batch_threads: bool) -> tuple[int, int, list[int]]:
+        name = f"n{int(batch_threads)}"
+        cfg = node_config(tmp_path, name, tiny_model_dir)
+        text = cfg.read_text().replace(
+            "swarm:\n", f"swarm:\n  batch_threads: {str(batch_threads).lower()}\n", 1
+        )
+        cfg.write_text(text)
+        node = Proc(cfg, tmp_path / name)
+        try:
+            wait_until(lambda: node.node().get("round", 0) >= 2, f"{name}: 2 rounds")
+            before = cpu(node.proc.pid)  # the imports were the main thread's: from here
+            rounds = node.node()["round"]
+            wait_until(lambda: node.node().get("round", 0) >= rounds + 10, f"{name}: 10 more")
+            used = {t: c - before.get(t, 0) for t, c in cpu(node.proc.pid).items()}
+            trainer = max(used, key=used.__getitem__)
+            others = [os.sched_getscheduler(t) for t in used if t not in (trainer, node.proc.pid)]
+            return os.sched_getscheduler(trainer), os.sched_getscheduler(node.proc.pid), others
+        finally:
+            assert node.stop() == 0
+
+    trainer, main, others = policies(True)
+    assert trainer == os.SCHED_OTHER and main == os.SCHED_BATCH
+    assert others.count(os.SCHED_BATCH) >= 3  # libp2p, its cache cleaner, a loop worker
+    trainer, main, others = policies(False)
+    assert {trainer, main, *others} == {os.SCHED_OTHER}

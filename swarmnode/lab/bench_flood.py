@@ -40,7 +40,9 @@ change as it trains) fall on every phase alike; figures are then pooled per kind
 phase. Last line, per phase: round-time ratio to calm (mean, with a 95% bootstrap
 interval over rounds; median; each cycle's; and ``vs_5idle``, the same against ``5idle``
 where it ran), honest groups accepted/trained, groups/tokens the victim trained, flood
-sent and counted, flooders graylisted and seconds to it, ingest time share, log bytes
+sent and counted, flooders graylisted and seconds to it, ingest time share, the CPU
+share outside training, the trainer's involuntary context switches a second (the kernel
+gave its core to another thread) and the other threads' wake-ups a second, log bytes
 per minute. Goal: ratios <= 1.10. Exit status 1 if a flood phase was not valid.
 ``--pin`` puts the victim alone on the first CPU and everything else on the others (its
 first field, ``victim_cpus``, is the victim's affinity as read from the running
@@ -128,7 +130,7 @@ async def phase(
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
     st0, log0, t0 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    cpu0, threads0 = victim.cpu_s(), victim.thread_cpu_s()
+    cpu0, threads0, switches0 = victim.cpu_s(), victim.thread_cpu_s(), victim.thread_switches()
     before, pub0 = victim.rounds(), honest_published[0]
     graylisted_at: dict[str, float] = {}
     shares: list[float] = []  # the CPU share outside training, each second
@@ -145,8 +147,13 @@ async def phase(
                 graylisted_at[p] = round(now - t0, 1)
         await asyncio.sleep(1.0)
     st1, log1, t1 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    cpu1, threads1 = victim.cpu_s(), victim.thread_cpu_s()
-    used = [c - threads0.get(tid, 0.0) for tid, c in threads1.items()]
+    cpu1, threads1, switches1 = victim.cpu_s(), victim.thread_cpu_s(), victim.thread_switches()
+    used = {tid: c - threads0.get(tid, 0.0) for tid, c in threads1.items()}
+    trainer = max(used, key=used.__getitem__)  # the busiest thread is the trainer's
+    switched = {
+        tid: [n - m for n, m in zip(sw, switches0.get(tid, (0, 0)), strict=True)]
+        for tid, sw in switches1.items()
+    }
     recs = [before[-1], *victim.rounds()[len(before) :]]
     out: dict[str, Any] = {}
     if flooder is not None:
@@ -199,8 +206,13 @@ async def phase(
         net_share_mean=round(statistics.fmean(shares), 4) if shares else None,
         net_share_max=max(shares, default=None),
         cap_bound_s=sum(1 for lv in levels if lv is not None),
-        # the busiest thread is the trainer's: the others' CPU over the phase, a core's share
-        outside_training_share=round((sum(used) - max(used)) / (t1 - t0), 4),
+        # the others' CPU over the phase, a core's share
+        outside_training_share=round((sum(used.values()) - used[trainer]) / (t1 - t0), 4),
+        # a second: the times the kernel took the core from the trainer, the others' wake-ups
+        trainer_preempted_per_s=round(switched.get(trainer, [0, 0])[1] / (t1 - t0), 1),
+        others_woke_per_s=round(
+            sum(v for tid, (v, _) in switched.items() if tid != trainer) / (t1 - t0), 1
+        ),
         work=[[r.tokens_generated, r.tokens_trained] for r in recs[1:]],
     )
     print(name, json.dumps(out), flush=True)
@@ -291,6 +303,10 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
             f" work_adjusted {wr:.3f} [{wlo:.3f}, {whi:.3f}]"
             f" outside_training_share {[r['outside_training_share'] for r in rs]}"
             f" (calm {[r['outside_training_share'] for r in calm_rs]})"
+            f" trainer_preempted_per_s {[r['trainer_preempted_per_s'] for r in rs]}"
+            f" (calm {[r['trainer_preempted_per_s'] for r in calm_rs]})"
+            f" others_woke_per_s {[r['others_woke_per_s'] for r in rs]}"
+            f" (calm {[r['others_woke_per_s'] for r in calm_rs]})"
             f" rounds {pooled(rs, 'rounds')}"
             f" flooder_cpu_s {sum(r.get('cpu_s') or 0.0 for r in rs):.1f}"
             f" honest {pooled(rs, 'honest_accepted')}/{pooled(rs, 'honest_trained')}"
@@ -312,7 +328,15 @@ async def amain(args: argparse.Namespace) -> int:
     cpus = pin_cpus(args.pin)
     net_share = None if args.max_net_share == "null" else float(args.max_net_share)
     victim = start_node(
-        tmp, "victim", args.external, args.questions, args.model, cpus, args.verify, net_share
+        tmp,
+        "victim",
+        args.external,
+        args.questions,
+        args.model,
+        cpus,
+        args.verify,
+        net_share,
+        not args.no_batch_threads,
     )
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
@@ -366,6 +390,11 @@ def main() -> None:
         "--max-net-share",
         default="0.1",
         help="the victim's swarm.max_net_share (default: the default, 0.1; null = no cap)",
+    )
+    ap.add_argument(
+        "--no-batch-threads",
+        action="store_true",
+        help="the victim's swarm.batch_threads off (its network threads preempt the trainer)",
     )
     ap.add_argument(
         "--verify",

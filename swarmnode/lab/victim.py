@@ -131,6 +131,19 @@ class Victim:
             out[task.name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
         return out
 
+    def thread_switches(self) -> dict[str, tuple[int, int]]:
+        """Each thread's (voluntary, involuntary) context switches so far, by thread id:
+        its wake-ups, and the times the kernel took the core from it."""
+        out = {}
+        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+            try:
+                lines = (task / "status").read_text().splitlines()
+            except OSError:  # the thread ended
+                continue
+            n = {k: int(v) for k, _, v in (ln.partition(":") for ln in lines) if "ctxt" in k}
+            out[task.name] = (n["voluntary_ctxt_switches"], n["nonvoluntary_ctxt_switches"])
+        return out
+
     async def address(self) -> str:
         """Its first listen address, once its transport is up."""
         while True:
@@ -192,11 +205,13 @@ def start_node(
     cpus: set[int] | None = None,
     verify: str = "on_arrival",
     net_share: float | None = 0.1,
+    batch_threads: bool = True,
 ) -> Victim:
     """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
     name or folder as in ``model.name``) or, by default, the tiny test model; on
     ``cpus`` only if given (set in the child before exec, so all its threads);
-    ``verify`` is its ``sapo.verify``."""
+    ``verify`` is its ``sapo.verify``; ``net_share`` and ``batch_threads`` its
+    ``swarm.max_net_share`` and ``swarm.batch_threads``."""
     if model is None:
         from swarmnode.lab.tiny import make_tiny_model
 
@@ -204,6 +219,7 @@ def start_node(
     cfg = node_cfg(model, tmp / name, True, external, questions, 8, 48)
     cfg["sapo"]["verify"] = verify
     cfg["swarm"]["max_net_share"] = net_share
+    cfg["swarm"]["batch_threads"] = batch_threads
     cfg["sapo"]["freshness_s"] = FRESHNESS_S
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     log = tmp / f"{name}.log"

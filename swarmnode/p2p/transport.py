@@ -42,6 +42,7 @@ from swarmnode.config import SwarmConfig
 from swarmnode.p2p.bridge import Outbox
 from swarmnode.p2p.host import HostInfo, P2PHost
 from swarmnode.p2p.identity import identity_path, load_or_create_identity, load_psk
+from swarmnode.p2p.netshare import batch_thread
 from swarmnode.share.inbox import Counters, Inbox
 from swarmnode.share.peerscore import PeerScores
 from swarmnode.share.transport import Received, Transport, TransportError, TransportStats
@@ -163,6 +164,8 @@ class GossipTransport(Transport):
     def _thread_main(self, notify: Any) -> None:
         host = self._host
         assert host is not None
+        if self.cfg.batch_threads:  # its wake-ups wait for the trainer's time slice
+            batch_thread()
 
         async def main() -> None:
             self._token = trio.lowlevel.current_trio_token()

@@ -389,7 +389,8 @@ class SwarmConfig(_Section):
         True,
         description="Run every thread but the trainer's under SCHED_BATCH (Linux): a "
         "network thread that wakes waits for the trainer's time slice to end instead of "
-        "preempting it (fewer switches, the trainer's caches kept).",
+        "preempting it (fewer switches, the trainer's caches kept). Off: the node "
+        "leaves every thread's policy as it was launched with.",
     )
     forwarder_bytes_per_s: int = Field(
         1024 * 1024,

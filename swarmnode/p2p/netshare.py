@@ -97,8 +97,9 @@ def batch_thread(on: bool = True) -> bool:
     refused. A SCHED_BATCH thread that wakes does not preempt the running one: it
     waits for the end of its time slice, and whatever woke it meanwhile is handled
     in one go. The node runs every thread but the trainer's so: under five Sybils
-    the libp2p thread woke 90-166 times a second and preempted the trainer each
-    time, which then spent 9-11% more CPU a round on the same work (its caches lost).
+    the trainer was preempted 34-46 times a second, 67-69 without (calm: 11-17);
+    the flood's round time was the same within its interval either way
+    (docs/experiments/2026-12-06-batch-wake).
     """
     setter = getattr(os, "sched_setscheduler", None)
     policy = getattr(os, "SCHED_BATCH" if on else "SCHED_OTHER", None)

@@ -30,8 +30,8 @@ Invariants:
 - The pump wakes in batches: it takes up to ``PUMP_BATCH`` waiting messages, offers
   them in one worker call, then sleeps to the next multiple of ``PUMP_GRID_S``, so
   a flood wakes the loop and a worker ~10 times a second, not 3 times a message
-  (under five Sybils the node's other threads woke ~90 times a second and
-  preempted the trainer ~35 times, 3x calm: docs/experiments/2026-12-06-batch-wake).
+  (under five Sybils the node's other threads woke 60-90 times a second, 86-100
+  before: docs/experiments/2026-12-06-batch-wake).
   A message waits at most ``PUMP_GRID_S`` longer for it.
 - Verification takes at most ``sapo.ingest_max_share`` of wall time: past it the pump
   waits on the loop (cancellable) before the next offer, and newer messages wait in

@@ -151,9 +151,9 @@ def test_a_burst_is_offered_in_batches_not_a_worker_call_a_message(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """40 messages that wait in the inbox at once reach the queue in two worker calls
-    (``PUMP_BATCH`` = 32, then 8), each message still offered and scored on its own;
-    under a flood each worker call wakes the loop and a thread, and every wake-up
-    preempts the trainer (docs/experiments/2026-12-06-batch-wake)."""
+    (``PUMP_BATCH`` = 32, then 8), each message still offered and scored on its own:
+    under a flood each worker call wakes the loop and a thread (the node's other
+    threads woke a third less often with batches: docs/experiments/2026-12-06-batch-wake)."""
     batches: list[int] = []
     offer = RolloutExchange._offer
 

@@ -32,7 +32,9 @@ Invariants:
   a flood wakes the loop and a worker ~10 times a second, not 3 times a message
   (under five Sybils the node's other threads woke 60-90 times a second, 86-100
   before: docs/experiments/2026-12-06-batch-wake).
-  A message waits at most ``PUMP_GRID_S`` longer for it.
+  A message waits at most ``PUMP_GRID_S`` longer for it while fewer than
+  ``PUMP_BATCH`` wait; the pump takes at most ``PUMP_BATCH / PUMP_GRID_S`` (320)
+  messages a second, and the bounded inbox holds or drops (counted) the rest.
 - Verification takes at most ``sapo.ingest_max_share`` of wall time: past it the pump
   waits on the loop (cancellable) before the next offer, and newer messages wait in
   the transport's bounded, drop-oldest inbox, which counts what it drops. The share

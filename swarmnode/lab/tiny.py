@@ -11,6 +11,7 @@ this module is light.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -114,7 +115,14 @@ def make_tiny_model(folder: Path, arch: str = "llama", seed: int = 0, warm_steps
     else:
         raise ValueError(arch)
     tok.padding_side = "right"
-    warm_up(model, tok, warm_steps)
+    # torch sized its pool at import for every CPU; a caller pinned since (bench --pin)
+    # may have one, and two threads spinning on one CPU made this take minutes.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, min(threads, len(os.sched_getaffinity(0)))))
+    try:
+        warm_up(model, tok, warm_steps)
+    finally:
+        torch.set_num_threads(threads)
     folder.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(folder)
     tok.save_pretrained(folder)

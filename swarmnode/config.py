@@ -392,6 +392,13 @@ class SwarmConfig(_Section):
         "preempting it (under a flood it is preempted half as often). Off: the node "
         "leaves every thread's policy as it was launched with.",
     )
+    net_process: bool = Field(
+        False,
+        description="Run the libp2p host in a child process of its own (a trainer only): "
+        "its Python code then shares no GIL with training, and a fault in it ends the "
+        "child, which stops the node as a crashed transport would. The CPU share the "
+        "cap measures (max_net_share) is then the child's.",
+    )
     forwarder_bytes_per_s: int = Field(
         1024 * 1024,
         ge=64 * 1024,

@@ -122,6 +122,10 @@ def default_transport(cfg: Config, data_dir: Path) -> Transport | None:
     """The libp2p transport when ``swarm.enabled``, else None (the node trains alone)."""
     if not cfg.swarm.enabled:
         return None
+    if cfg.swarm.net_process:
+        from swarmnode.p2p.netproc import ProcessTransport
+
+        return ProcessTransport(cfg.swarm, data_dir)
     from swarmnode.p2p.transport import GossipTransport
 
     return GossipTransport(cfg.swarm, data_dir)

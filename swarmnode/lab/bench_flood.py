@@ -74,6 +74,7 @@ from swarmnode.lab.flooder import SILENT
 from swarmnode.lab.victim import (
     FRESHNESS_S,
     MODEL_HELP,
+    NET_PROCESS_HELP,
     PIN_HELP,
     Victim,
     counted_in,
@@ -337,6 +338,7 @@ async def amain(args: argparse.Namespace) -> int:
         args.verify,
         net_share,
         not args.no_batch_threads,
+        args.net_process,
     )
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
@@ -396,6 +398,7 @@ def main() -> None:
         action="store_true",
         help="the victim's swarm.batch_threads off (its network threads preempt the trainer)",
     )
+    ap.add_argument("--net-process", action="store_true", help=NET_PROCESS_HELP)
     ap.add_argument(
         "--verify",
         default="on_arrival",

@@ -72,6 +72,7 @@ from swarmnode.lab import REPO
 from swarmnode.lab.flooder import TOPIC, flood_pool
 from swarmnode.lab.victim import (
     MODEL_HELP,
+    NET_PROCESS_HELP,
     PIN_HELP,
     Victim,
     counted_in,
@@ -344,7 +345,16 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[
 async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-scale-"))
     cpus = pin_cpus(args.pin)
-    victim = start_node(tmp, "node", args.external, args.questions, args.model, cpus, args.verify)
+    victim = start_node(
+        tmp,
+        "node",
+        args.external,
+        args.questions,
+        args.model,
+        cpus,
+        args.verify,
+        net_process=args.net_process,
+    )
     res: dict[str, dict[str, Any]] = {}
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
@@ -390,6 +400,7 @@ def main() -> None:
     ap.add_argument("--keep", action="store_true", help="keep the temp folder (logs)")
     ap.add_argument("--model", help=MODEL_HELP)
     ap.add_argument("--pin", action="store_true", help=PIN_HELP)
+    ap.add_argument("--net-process", action="store_true", help=NET_PROCESS_HELP)
     ap.add_argument(
         "--verify",
         default="on_arrival",

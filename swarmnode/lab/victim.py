@@ -11,6 +11,7 @@ its log's tail.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import statistics
@@ -29,6 +30,7 @@ from swarmnode.learn.metrics import RoundRecord, read_rounds
 from swarmnode.learn.rewards import make_scorer
 from swarmnode.learn.tasks import TaskMix
 from swarmnode.ops.control import ControlError, query_status
+from swarmnode.p2p.netproc import process_cpu_s
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share.publish_rate import OwnPace
 from swarmnode.share.wire import encode_batch
@@ -114,16 +116,31 @@ class Victim:
     def status(self) -> dict[str, Any]:
         return query_status(self.data, timeout=10.0)
 
+    def pids(self) -> list[int]:
+        """The node's process and its children (the network process, with
+        ``swarm.net_process``): what the node costs is all of them."""
+        try:
+            kids = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text()
+        except OSError:
+            kids = ""
+        return [self.proc.pid, *map(int, kids.split())]
+
     def cpu_s(self) -> float:
-        """CPU seconds the node process has used (all its threads): what a flood costs
-        the node itself, apart from the attacker's own CPU on this shared machine."""
-        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        """CPU seconds the node's processes have used (all their threads): what a flood
+        costs the node itself, apart from the attacker's own CPU on this shared machine."""
+        return sum(process_cpu_s(pid) or 0.0 for pid in self.pids())
+
+    def _tasks(self) -> list[Path]:
+        out: list[Path] = []
+        for pid in self.pids():
+            with contextlib.suppress(OSError):  # a child that ended
+                out.extend(Path(f"/proc/{pid}/task").iterdir())
+        return out
 
     def thread_cpu_s(self) -> dict[str, float]:
         """CPU seconds each of its threads has used, by thread id."""
         out = {}
-        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+        for task in self._tasks():
             try:
                 fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:  # the thread ended
@@ -135,7 +152,7 @@ class Victim:
         """Each thread's (voluntary, involuntary) context switches so far, by thread id:
         its wake-ups, and the times the kernel took the core from it."""
         out = {}
-        for task in Path(f"/proc/{self.proc.pid}/task").iterdir():
+        for task in self._tasks():
             try:
                 lines = (task / "status").read_text().splitlines()
             except OSError:  # the thread ended
@@ -177,6 +194,12 @@ MODEL_HELP = (
 )
 
 
+NET_PROCESS_HELP = (
+    "the node's swarm.net_process on: its libp2p host in a child process (the CPU, threads"
+    " and context switches reported are the node's and its child's together)"
+)
+
+
 PIN_HELP = (
     "run the victim alone on the first CPU and this process, the honest peer and the"
     " attackers on the others, as if they were other machines (on a 2-core machine"
@@ -206,12 +229,14 @@ def start_node(
     verify: str = "on_arrival",
     net_share: float | None = 0.1,
     batch_threads: bool = True,
+    net_process: bool = False,
 ) -> Victim:
     """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
     name or folder as in ``model.name``) or, by default, the tiny test model; on
     ``cpus`` only if given (set in the child before exec, so all its threads);
-    ``verify`` is its ``sapo.verify``; ``net_share`` and ``batch_threads`` its
-    ``swarm.max_net_share`` and ``swarm.batch_threads``."""
+    ``verify`` is its ``sapo.verify``; ``net_share``, ``batch_threads`` and
+    ``net_process`` its ``swarm.max_net_share``, ``swarm.batch_threads`` and
+    ``swarm.net_process``."""
     if model is None:
         from swarmnode.lab.tiny import make_tiny_model
 
@@ -220,6 +245,7 @@ def start_node(
     cfg["sapo"]["verify"] = verify
     cfg["swarm"]["max_net_share"] = net_share
     cfg["swarm"]["batch_threads"] = batch_threads
+    cfg["swarm"]["net_process"] = net_process
     cfg["sapo"]["freshness_s"] = FRESHNESS_S
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     log = tmp / f"{name}.log"

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, cast
 
 from swarmnode.learn.metrics import RoundRecord
 from swarmnode.share.exchange import ExchangeStatus, IngestFigures
-from swarmnode.share.transport import TransportStats
+from swarmnode.share.transport import NO_STATS, TransportStats
 
 HISTORY = 500  # rounds kept for the dashboard's curves
 CURVE_FIELDS = (
@@ -65,22 +65,6 @@ TOTALS = {  # total's name -> the round record's field it sums
     "groups_external": "external_groups",
     "groups_skipped": "groups_skipped",
     "groups_completed": "completed_groups",
-}
-NO_STATS: TransportStats = {  # what a reply without a key says of it
-    "running": False,
-    "peer_id": None,
-    "listen_addrs": [],
-    "connected_peers": [],
-    "num_peers": 0,
-    "mesh_size": 0,
-    "msgs_in": 0,
-    "msgs_out": 0,
-    "rejected": {},
-    "rejected_total": 0,
-    "inbox_len": 0,
-    "inbox_dropped": 0,
-    "peer_scores": {},
-    "graylisted": [],
 }
 
 

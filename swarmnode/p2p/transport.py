@@ -14,7 +14,8 @@ validators and peer handshakes. py-libp2p 0.8.1 is pure trio (its own
 must not stall gossip" then holds even when the asyncio loop itself is blocked:
 messages keep arriving, are validated and stamped in the trio thread, and wait in
 the bounded inbox. Cost: Python code in both threads shares the GIL; the heavy work
-(torch generation/backward) releases it.
+(torch generation/backward) releases it. ``p2p.netproc`` runs this transport in a
+child process instead (``swarm.net_process``), where it shares no GIL with training.
 
 Invariants:
 - The two threads share only ``bridge`` objects (bounded, drop-oldest, counted) and

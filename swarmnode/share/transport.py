@@ -1,9 +1,10 @@
 """The transport interface: how a node's rollout messages leave it and arrive from peers.
 
 Role: the contract ``exchange.RolloutExchange`` (the node's network side) and the
-bootstrap role rely on. Two implementations: ``p2p.transport.GossipTransport``
-(libp2p gossipsub in its own thread) and ``memory_transport.MemoryTransport``
-(in-process, for fast tests of everything above the wire).
+bootstrap role rely on. Three implementations: ``p2p.transport.GossipTransport``
+(libp2p gossipsub in its own thread), ``p2p.netproc.ProcessTransport`` (the same in a
+child process) and ``memory_transport.MemoryTransport`` (in-process, for fast tests
+of everything above the wire).
 
 Invariants every implementation keeps:
 - ``publish`` never blocks on the network: it queues one encoded message (at most
@@ -22,12 +23,11 @@ Invariants every implementation keeps:
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, NamedTuple, NotRequired, TypedDict
+from typing import TYPE_CHECKING, Any, NamedTuple, NotRequired, Protocol, TypedDict
 
 from swarmnode.errors import SwarmnodeError
 
 if TYPE_CHECKING:
-    from swarmnode.share.peerscore import PeerScores
     from swarmnode.share.wire import Batch
 
 
@@ -78,6 +78,32 @@ class TransportStats(TypedDict):
     outbox_dropped: NotRequired[int]
     counters: NotRequired[dict[str, int]]  # every counter, by name
     uptime_s: NotRequired[float]
+    process: NotRequired[dict[str, Any]]  # the network process's pid and CPU (net_process)
+
+
+NO_STATS: TransportStats = {  # a transport that says nothing yet
+    "running": False,
+    "peer_id": None,
+    "listen_addrs": [],
+    "connected_peers": [],
+    "num_peers": 0,
+    "mesh_size": 0,
+    "msgs_in": 0,
+    "msgs_out": 0,
+    "rejected": {},
+    "rejected_total": 0,
+    "inbox_len": 0,
+    "inbox_dropped": 0,
+    "peer_scores": {},
+    "graylisted": [],
+}
+
+
+class Verdicts(Protocol):
+    """Where ingestion's verdicts on a peer go (``share.peerscore.PeerScores`` is one);
+    callable from any thread."""
+
+    def report(self, peer: str, verdict: str, n: int = 1) -> None: ...
 
 
 class Transport(ABC):
@@ -94,9 +120,10 @@ class Transport(ABC):
         """True between a successful ``start`` and ``stop`` (or a crash)."""
 
     @property
-    def peer_scores(self) -> PeerScores | None:
-        """The per-peer scores this transport acts on (graylisting), or None if it keeps
-        none. Ingestion reports its verdicts (verified, failed, false claims) here."""
+    def peer_scores(self) -> Verdicts | None:
+        """Where the per-peer scores this transport acts on (graylisting) take verdicts,
+        or None if it keeps none. Ingestion reports its verdicts (verified, failed,
+        false claims) here."""
         return None
 
     @abstractmethod

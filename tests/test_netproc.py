@@ -99,6 +99,7 @@ def test_messages_cross_both_ways_verdicts_graylist_and_stop_ends_the_child(
             st = node.stats()
             assert st["running"] and st["peer_id"] == node.peer_id
             assert st["process"]["pid"] == pid and st["process"]["cpu_s"] > 0
+            assert st["process"]["rss_mb"] > 10
             assert st["msgs_in"] >= 1 and st["msgs_out"] >= 1
         finally:
             await peer.stop()
@@ -120,6 +121,18 @@ def test_a_child_that_dies_stops_the_transport_and_stop_says_why(tmp_path: Path)
             await node.stop()
         with pytest.raises(TransportError):
             await node.publish(batch(1))
+
+    asyncio.run(main())
+
+
+def test_a_child_that_cannot_start_says_why_and_leaves_nothing_behind(tmp_path: Path) -> None:
+    async def main() -> None:
+        # the child reads the swarm's key file, which is not there
+        psk = tmp_path / "missing.key"
+        node = ProcessTransport(swarm_cfg(psk_file=str(psk)), tmp_path / "n")
+        with pytest.raises(TransportError, match=f"failed to start: {psk}: cannot read PSK"):
+            await node.start()
+        assert node.pid is not None and not alive(node.pid) and not node.running
 
     asyncio.run(main())
 
@@ -175,6 +188,10 @@ def test_two_real_nodes_one_with_its_host_in_a_child_train_on_each_others_groups
     try:
         child = a.swarm()["process"]["pid"]
         assert alive(child) and child != a.proc.pid
+        # what a Ctrl-C or a service manager sends every process of the node: only the
+        # node ends its child, so the node stops cleanly (exit 0 below), not as failed
+        os.kill(child, signal.SIGINT)
+        os.kill(child, signal.SIGTERM)
         wait_until(lambda: b.metrics_from().get(a.swarm()["peer_id"], 0) >= 2, "B trains on A")
         wait_until(lambda: a.metrics_from().get(b.swarm()["peer_id"], 0) >= 2, "A trains on B")
     finally:

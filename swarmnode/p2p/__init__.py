@@ -1,6 +1,8 @@
 """libp2p: one implementation of ``share.transport.Transport`` (gossipsub over noise/yamux).
 
-Modules: ``transport`` (``GossipTransport``, the asyncio handle), ``host`` (the
+Modules: ``transport`` (``GossipTransport``, the asyncio handle), ``netproc``
+(``ProcessTransport``: the same in a child process; the node's side imports no
+libp2p), ``host`` (the
 trio-side host), ``gossip`` (topic, protocol ids, hardened pubsub), ``framing`` (paced
 stream reads), ``netshare`` (the CPU cap outside training), ``bridge`` (the asyncio ->
 trio outbox), ``discovery`` and ``lookup_pacer`` (bootstrap, DHT, dialling),

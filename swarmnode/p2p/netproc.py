@@ -33,7 +33,10 @@ Invariants:
 - Every wait has a timeout: start-up (``startup_timeout``), stop
   (``shutdown_timeout_s`` + ``STOP_MARGIN_S``, then the child is killed). The child
   stops its host when the node's end of the socket closes (the node died), within
-  its own ``shutdown_timeout_s``, and leaves with ``os._exit``.
+  its own ``shutdown_timeout_s``, and leaves with ``os._exit``. It ignores SIGINT and
+  SIGTERM: only its node ends it (a Ctrl-C or a service manager's SIGTERM to every
+  process of the node would otherwise end it first, and the node would stop as if
+  its network had failed).
 - A child that dies or reports a failure turns ``running`` False; ``stop`` then
   raises ``TransportError`` with its exit code and reason.
 """
@@ -44,6 +47,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -321,7 +325,7 @@ class ProcessTransport(Transport):
 
     def stats(self) -> TransportStats:
         """The child's last ``TransportStats`` (at most ``STATS_S`` old), with this side's
-        inbox and counters, and the child's pid and CPU (``process``)."""
+        inbox and counters, and the child's pid, CPU and RSS (``process``)."""
         snap = dict(self._stats)
         mine = self.counters.snapshot()
         counters = {**snap.get("counters", {})}
@@ -337,7 +341,7 @@ class ProcessTransport(Transport):
             "inbox_dropped": int(snap.get("inbox_dropped", 0)) + mine.get("inbox_dropped", 0),
             "outbox_dropped": int(snap.get("outbox_dropped", 0)) + mine.get("outbox_dropped", 0),
             "counters": counters,
-            "process": {"pid": pid, "cpu_s": process_cpu_s(pid)},
+            "process": {"pid": pid, "cpu_s": process_cpu_s(pid), "rss_mb": process_rss_mb(pid)},
             "uptime_s": time.time() - self._started_at if self._started_at else 0.0,
         }
         return cast(TransportStats, out)
@@ -390,6 +394,17 @@ def process_cpu_s(pid: int | None) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_rss_mb(pid: int | None) -> float | None:
+    """Resident memory of process ``pid`` in MB (Linux), or None."""
+    if pid is None:
+        return None
+    try:
+        pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 1e6, 1)
+
+
 # -- the child ---------------------------------------------------------------------------
 
 
@@ -418,8 +433,8 @@ async def _serve(sock: socket.socket) -> int:
     transport = GossipTransport(cfg, Path(start["data_dir"]), float(start["startup_timeout"]))
     try:
         await transport.start()
-    except TransportError as err:
-        send("fail", e=str(err))
+    except Exception as err:  # a key file, a PSK, the host: the node says why, one line
+        send("fail", e=str(err) or repr(err))
         await writer.drain()
         return 1
     info = transport.info
@@ -483,6 +498,10 @@ async def _serve(sock: socket.socket) -> int:
 def main(argv: list[str] | None = None) -> None:
     """``python -m swarmnode.p2p.netproc FD``: serve the node at the other end of FD."""
     args = sys.argv[1:] if argv is None else argv
+    # Ctrl-C reaches the whole process group, and a service manager may send SIGTERM
+    # to every process of the node: the node stops its child itself, through the link.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sock = socket.socket(fileno=int(args[0]))
     try:
         code = asyncio.run(_serve(sock))

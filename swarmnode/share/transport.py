@@ -78,7 +78,7 @@ class TransportStats(TypedDict):
     outbox_dropped: NotRequired[int]
     counters: NotRequired[dict[str, int]]  # every counter, by name
     uptime_s: NotRequired[float]
-    process: NotRequired[dict[str, Any]]  # the network process's pid and CPU (net_process)
+    process: NotRequired[dict[str, Any]]  # the network process's pid, CPU, RSS (net_process)
 
 
 NO_STATS: TransportStats = {  # a transport that says nothing yet

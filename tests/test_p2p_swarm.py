@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from swarmnode.p2p.identity import create_psk
-from swarmnode.p2p.transport import GossipTransport
+from swarmnode.p2p.transport import GossipTransport, TransportError
 from swarmnode.share import wire
 from swarmnode.share.wire import decode_batch
 from tests.helpers import P2P_TIMEOUT as TIMEOUT
@@ -111,6 +113,21 @@ def test_peer_id_survives_restart(tmp_path: Path) -> None:
 
     first, second = run(main())
     assert first == second
+
+
+def test_a_host_that_can_listen_nowhere_fails_to_start_and_names_the_field(
+    tmp_path: Path,
+) -> None:
+    """py-libp2p logs a listener it cannot open and goes on: the node came up with no
+    address at all. An address of no interface here (TEST-NET-3) must fail start."""
+
+    async def main() -> None:
+        node = GossipTransport(swarm_cfg(listen=["/ip4/203.0.113.7/tcp/0"]), tmp_path / "a")
+        with pytest.raises(TransportError, match=r"swarm\.listen: could not listen on any of"):
+            await node.start()
+        assert not node.running
+
+    run(main())
 
 
 def test_wrong_psk_can_neither_connect_nor_receive(tmp_path: Path) -> None:

@@ -159,6 +159,10 @@ class GossipTransport(Transport):
         except Exception as err:
             await self._shutdown()
             raise TransportError(f"libp2p host failed to start: {err!r}") from err
+        if self.cfg.listen and not self.info.listen_addrs:  # py-libp2p only logs each failure
+            await self._shutdown()
+            listen = ", ".join(self.cfg.listen)
+            raise TransportError(f"swarm.listen: could not listen on any of {listen}")
         self._started_at = time.time()
         log.info("libp2p up as %s on %s", self.info.peer_id, ", ".join(self.info.listen_addrs))
 

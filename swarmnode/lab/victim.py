@@ -30,7 +30,7 @@ from swarmnode.learn.metrics import RoundRecord, read_rounds
 from swarmnode.learn.rewards import make_scorer
 from swarmnode.learn.tasks import TaskMix
 from swarmnode.ops.control import ControlError, query_status
-from swarmnode.p2p.netproc import process_cpu_s
+from swarmnode.p2p.netproc import process_cpu_s, stat_cpu_s
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share.publish_rate import OwnPace
 from swarmnode.share.wire import encode_batch
@@ -141,11 +141,9 @@ class Victim:
         """CPU seconds each of its threads has used, by thread id."""
         out = {}
         for task in self._tasks():
-            try:
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:  # the thread ended
-                continue
-            out[task.name] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+            cpu = stat_cpu_s(task / "stat")
+            if cpu is not None:  # None: the thread ended
+                out[task.name] = cpu
         return out
 
     def thread_switches(self) -> dict[str, tuple[int, int]]:

@@ -383,26 +383,31 @@ class ProcessTransport(Transport):
         self._tasks, self._writer, self._ended = [], None, True
 
 
-def process_cpu_s(pid: int | None) -> float | None:
-    """CPU seconds process ``pid`` has used (Linux), or None."""
-    if pid is None:
-        return None
+def stat_cpu_s(stat: Path) -> float | None:
+    """CPU seconds (user + system) in a /proc ``stat`` file, a process's or a thread's
+    (Linux), or None if it cannot be read (the process or thread ended)."""
     try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        fields = stat.read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def process_cpu_s(pid: int | None) -> float | None:
+    """CPU seconds process ``pid`` has used (Linux), or None."""
+    return None if pid is None else stat_cpu_s(Path(f"/proc/{pid}/stat"))
+
+
 def process_rss_mb(pid: int | None) -> float | None:
-    """Resident memory of process ``pid`` in MB (Linux), or None."""
+    """Resident memory of process ``pid`` in MiB, as ``learn.metrics.rss_mb`` gives the
+    node's own (Linux), or None."""
     if pid is None:
         return None
     try:
         pages = int(Path(f"/proc/{pid}/statm").read_text().split()[1])
     except (OSError, IndexError, ValueError):
         return None
-    return round(pages * os.sysconf("SC_PAGE_SIZE") / 1e6, 1)
+    return round(pages * os.sysconf("SC_PAGE_SIZE") / 2**20, 1)
 
 
 # -- the child ---------------------------------------------------------------------------

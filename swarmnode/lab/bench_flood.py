@@ -131,7 +131,7 @@ async def phase(
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
     st0, log0, t0 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    cpu0, threads0, switches0 = victim.cpu_s(), victim.thread_cpu_s(), victim.thread_switches()
+    cpu0, threads0, switches0 = victim.cpu_s(), victim.thread_times(), victim.thread_switches()
     before, pub0 = victim.rounds(), honest_published[0]
     graylisted_at: dict[str, float] = {}
     shares: list[float] = []  # the CPU share outside training, each second
@@ -148,8 +148,12 @@ async def phase(
                 graylisted_at[p] = round(now - t0, 1)
         await asyncio.sleep(1.0)
     st1, log1, t1 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    cpu1, threads1, switches1 = victim.cpu_s(), victim.thread_cpu_s(), victim.thread_switches()
-    used = {tid: c - threads0.get(tid, 0.0) for tid, c in threads1.items()}
+    cpu1, threads1, switches1 = victim.cpu_s(), victim.thread_times(), victim.thread_switches()
+    spent = {  # (user s, system s, minor faults) each thread spent in the phase
+        tid: [n - m for n, m in zip(t, threads0.get(tid, (0.0, 0.0, 0)), strict=True)]
+        for tid, t in threads1.items()
+    }
+    used = {tid: user + sys for tid, (user, sys, _) in spent.items()}
     trainer = max(used, key=used.__getitem__)  # the busiest thread is the trainer's
     switched = {
         tid: [n - m for n, m in zip(sw, switches0.get(tid, (0, 0)), strict=True)]
@@ -215,11 +219,28 @@ async def phase(
             sum(v for tid, (v, _) in switched.items() if tid != trainer) / (t1 - t0), 1
         ),
         work=[[r.tokens_generated, r.tokens_trained] for r in recs[1:]],
+        # a round: the trainer's user and system CPU seconds and minor page faults;
+        # the garbage collector's CPU seconds per generation, all threads and the trainer's
+        trainer_per_round=[round(x / max(1, len(times)), 3) for x in spent[trainer]],
+        gc_per_round=gc_per_round(st0["node"].get("gc", {}), st1["node"].get("gc", {}), times),
     )
     print(name, json.dumps(out), flush=True)
     if identities:
         await victim.settle(honest, FRESHNESS_S + 60)
     return out
+
+
+def gc_per_round(
+    gc0: dict[str, Any], gc1: dict[str, Any], times: list[float]
+) -> dict[str, list[float]]:
+    """The victim's garbage collections and their CPU seconds (``node.gc``) over a
+    phase, per round and generation; empty if the node does not report them."""
+    n = max(1, len(times))
+    return {
+        k: [round((b - a) / n, 4) for a, b in zip(gc0[k], gc1[k], strict=True)]
+        for k in ("collections", "cpu_s", "trainer_cpu_s")
+        if k in gc0 and k in gc1
+    }
 
 
 def work_ratio(

@@ -30,7 +30,7 @@ from swarmnode.learn.metrics import RoundRecord, read_rounds
 from swarmnode.learn.rewards import make_scorer
 from swarmnode.learn.tasks import TaskMix
 from swarmnode.ops.control import ControlError, query_status
-from swarmnode.p2p.netproc import process_cpu_s, stat_cpu_s
+from swarmnode.p2p.netproc import process_cpu_s, stat_times
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share.publish_rate import OwnPace
 from swarmnode.share.wire import encode_batch
@@ -137,13 +137,14 @@ class Victim:
                 out.extend(Path(f"/proc/{pid}/task").iterdir())
         return out
 
-    def thread_cpu_s(self) -> dict[str, float]:
-        """CPU seconds each of its threads has used, by thread id."""
+    def thread_times(self) -> dict[str, tuple[float, float, int]]:
+        """Each thread's (user seconds, system seconds, minor page faults) so far, by
+        thread id."""
         out = {}
         for task in self._tasks():
-            cpu = stat_cpu_s(task / "stat")
-            if cpu is not None:  # None: the thread ended
-                out[task.name] = cpu
+            times = stat_times(task / "stat")
+            if times is not None:  # None: the thread ended
+                out[task.name] = times
         return out
 
     def thread_switches(self) -> dict[str, tuple[int, int]]:

@@ -49,7 +49,7 @@ def test_flood_phases_are_given_against_calm_and_against_five_idle_peers() -> No
 
 
 def test_the_collectors_cost_is_given_per_round_and_generation() -> None:
-    from swarmnode.lab.bench_flood import gc_per_round
+    from swarmnode.lab.victim import gc_per_round
 
     gc0 = {"collections": [10, 1, 0], "cpu_s": [0.1, 0.0, 0.0], "trainer_cpu_s": [0.05, 0, 0]}
     gc1 = {"collections": [30, 3, 2], "cpu_s": [0.3, 0.02, 0.4], "trainer_cpu_s": [0.15, 0, 0.2]}

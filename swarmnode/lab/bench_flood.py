@@ -79,11 +79,13 @@ from swarmnode.lab.victim import (
     Victim,
     counted_in,
     deltas,
+    gc_per_round,
     honest_peer,
     pin_cpus,
     ratio_interval,
     shut_down,
     start_node,
+    thread_spent,
 )
 
 FLOODERS: list[subprocess.Popen[bytes]] = []  # killed on the way out, whatever happens
@@ -149,10 +151,7 @@ async def phase(
         await asyncio.sleep(1.0)
     st1, log1, t1 = victim.status(), victim.log.stat().st_size, time.monotonic()
     cpu1, threads1, switches1 = victim.cpu_s(), victim.thread_times(), victim.thread_switches()
-    spent = {  # (user s, system s, minor faults) each thread spent in the phase
-        tid: [n - m for n, m in zip(t, threads0.get(tid, (0.0, 0.0, 0)), strict=True)]
-        for tid, t in threads1.items()
-    }
+    spent = thread_spent(threads0, threads1)
     used = {tid: user + sys for tid, (user, sys, _) in spent.items()}
     trainer = max(used, key=used.__getitem__)  # the busiest thread is the trainer's
     switched = {
@@ -228,19 +227,6 @@ async def phase(
     if identities:
         await victim.settle(honest, FRESHNESS_S + 60)
     return out
-
-
-def gc_per_round(
-    gc0: dict[str, Any], gc1: dict[str, Any], times: list[float]
-) -> dict[str, list[float]]:
-    """The victim's garbage collections and their CPU seconds (``node.gc``) over a
-    phase, per round and generation; empty if the node does not report them."""
-    n = max(1, len(times))
-    return {
-        k: [round((b - a) / n, 4) for a, b in zip(gc0[k], gc1[k], strict=True)]
-        for k in ("collections", "cpu_s", "trainer_cpu_s")
-        if k in gc0 and k in gc1
-    }
 
 
 def work_ratio(

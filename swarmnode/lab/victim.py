@@ -263,6 +263,30 @@ def deltas(new: dict[str, int], old: dict[str, int]) -> dict[str, int]:
     return {k: v - old.get(k, 0) for k, v in sorted(new.items()) if v != old.get(k, 0)}
 
 
+def gc_per_round(
+    gc0: dict[str, Any], gc1: dict[str, Any], times: list[float]
+) -> dict[str, list[float]]:
+    """The victim's garbage collections and their CPU seconds (``node.gc``) over a
+    phase, per round and generation; empty if the node does not report them."""
+    n = max(1, len(times))
+    return {
+        k: [round((b - a) / n, 4) for a, b in zip(gc0[k], gc1[k], strict=True)]
+        for k in ("collections", "cpu_s", "trainer_cpu_s")
+        if k in gc0 and k in gc1
+    }
+
+
+def thread_spent(
+    before: dict[str, tuple[float, float, int]], after: dict[str, tuple[float, float, int]]
+) -> dict[str, list[float]]:
+    """What each thread spent between two ``Victim.thread_times``: [user seconds, system
+    seconds, minor page faults], by thread id."""
+    return {
+        tid: [n - m for n, m in zip(t, before.get(tid, (0.0, 0.0, 0)), strict=True)]
+        for tid, t in after.items()
+    }
+
+
 def ratio_interval(calm: list[float], other: list[float], n: int = 2000) -> tuple[float, float]:
     """95% bootstrap interval of mean(other) / mean(calm), rounds resampled per side."""
     rng = random.Random(0)

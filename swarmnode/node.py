@@ -68,6 +68,7 @@ from swarmnode.learn.rewards import make_scorer
 from swarmnode.learn.tasks import SharedSchedule
 from swarmnode.learn.trainer import Trainer
 from swarmnode.ops.control import ControlServer
+from swarmnode.ops.gcclock import gc_clock
 from swarmnode.ops.monitor import MonitorServer, start_monitor
 from swarmnode.ops.status import History, RoundHistory, SapoSummary, TrainerStatus
 from swarmnode.p2p.netshare import TRAINER_THREAD, batch_thread
@@ -219,6 +220,7 @@ class Node:
             exchange=None if ex is None else ex.status(),
             totals=dict(self.history.totals),
             rss_mb=rss_mb(),
+            gc=gc_clock().snapshot(),
             checkpoint_age_s=self._checkpoint_age(),
             now=time.time(),
             history=view,
@@ -230,6 +232,7 @@ class Node:
 
     async def run(self) -> None:
         tune_allocator()  # before the trainer thread's first allocation (docs/memory.md)
+        gc_clock()  # from the start: what the collector costs, in the status
         if self.cfg.swarm.batch_threads:  # this thread and those it starts but the trainer's
             batch_thread()
         self.data_dir.mkdir(parents=True, exist_ok=True)

@@ -46,3 +46,17 @@ def test_flood_phases_are_given_against_calm_and_against_five_idle_peers() -> No
     assert "vs_5idle 1.10 [1.09, 1.11]" in sybil  # 1.155 / 1.05, rounds resampled
     idle = line.split("; 5idle ")[1].split(";")[0]
     assert idle.startswith("ratio 1.05") and "vs_5idle" not in idle
+
+
+def test_the_collectors_cost_is_given_per_round_and_generation() -> None:
+    from swarmnode.lab.victim import gc_per_round
+
+    gc0 = {"collections": [10, 1, 0], "cpu_s": [0.1, 0.0, 0.0], "trainer_cpu_s": [0.05, 0, 0]}
+    gc1 = {"collections": [30, 3, 2], "cpu_s": [0.3, 0.02, 0.4], "trainer_cpu_s": [0.15, 0, 0.2]}
+    got = gc_per_round(gc0, gc1, [1.0, 1.0])
+    assert got == {
+        "collections": [10.0, 1.0, 1.0],
+        "cpu_s": [0.1, 0.01, 0.2],
+        "trainer_cpu_s": [0.05, 0.0, 0.1],
+    }
+    assert gc_per_round({}, gc1, [1.0]) == {}  # a node that does not report them

@@ -79,11 +79,13 @@ from swarmnode.lab.victim import (
     Victim,
     counted_in,
     deltas,
+    gc_per_round,
     honest_peer,
     pin_cpus,
     ratio_interval,
     shut_down,
     start_node,
+    thread_spent,
 )
 
 FLOODERS: list[subprocess.Popen[bytes]] = []  # killed on the way out, whatever happens
@@ -131,7 +133,7 @@ async def phase(
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
     st0, log0, t0 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    cpu0, threads0, switches0 = victim.cpu_s(), victim.thread_cpu_s(), victim.thread_switches()
+    cpu0, threads0, switches0 = victim.cpu_s(), victim.thread_times(), victim.thread_switches()
     before, pub0 = victim.rounds(), honest_published[0]
     graylisted_at: dict[str, float] = {}
     shares: list[float] = []  # the CPU share outside training, each second
@@ -148,8 +150,9 @@ async def phase(
                 graylisted_at[p] = round(now - t0, 1)
         await asyncio.sleep(1.0)
     st1, log1, t1 = victim.status(), victim.log.stat().st_size, time.monotonic()
-    cpu1, threads1, switches1 = victim.cpu_s(), victim.thread_cpu_s(), victim.thread_switches()
-    used = {tid: c - threads0.get(tid, 0.0) for tid, c in threads1.items()}
+    cpu1, threads1, switches1 = victim.cpu_s(), victim.thread_times(), victim.thread_switches()
+    spent = thread_spent(threads0, threads1)
+    used = {tid: user + sys for tid, (user, sys, _) in spent.items()}
     trainer = max(used, key=used.__getitem__)  # the busiest thread is the trainer's
     switched = {
         tid: [n - m for n, m in zip(sw, switches0.get(tid, (0, 0)), strict=True)]
@@ -215,6 +218,10 @@ async def phase(
             sum(v for tid, (v, _) in switched.items() if tid != trainer) / (t1 - t0), 1
         ),
         work=[[r.tokens_generated, r.tokens_trained] for r in recs[1:]],
+        # a round: the trainer's user and system CPU seconds and minor page faults;
+        # the garbage collector's CPU seconds per generation, all threads and the trainer's
+        trainer_per_round=[round(x / max(1, len(times)), 3) for x in spent[trainer]],
+        gc_per_round=gc_per_round(st0["node"].get("gc", {}), st1["node"].get("gc", {}), times),
     )
     print(name, json.dumps(out), flush=True)
     if identities:

@@ -30,7 +30,7 @@ from swarmnode.learn.metrics import RoundRecord, read_rounds
 from swarmnode.learn.rewards import make_scorer
 from swarmnode.learn.tasks import TaskMix
 from swarmnode.ops.control import ControlError, query_status
-from swarmnode.p2p.netproc import process_cpu_s, stat_cpu_s
+from swarmnode.p2p.netproc import process_cpu_s, stat_times
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share.publish_rate import OwnPace
 from swarmnode.share.wire import encode_batch
@@ -137,13 +137,14 @@ class Victim:
                 out.extend(Path(f"/proc/{pid}/task").iterdir())
         return out
 
-    def thread_cpu_s(self) -> dict[str, float]:
-        """CPU seconds each of its threads has used, by thread id."""
+    def thread_times(self) -> dict[str, tuple[float, float, int]]:
+        """Each thread's (user seconds, system seconds, minor page faults) so far, by
+        thread id."""
         out = {}
         for task in self._tasks():
-            cpu = stat_cpu_s(task / "stat")
-            if cpu is not None:  # None: the thread ended
-                out[task.name] = cpu
+            times = stat_times(task / "stat")
+            if times is not None:  # None: the thread ended
+                out[task.name] = times
         return out
 
     def thread_switches(self) -> dict[str, tuple[int, int]]:
@@ -260,6 +261,30 @@ def start_node(
 
 def deltas(new: dict[str, int], old: dict[str, int]) -> dict[str, int]:
     return {k: v - old.get(k, 0) for k, v in sorted(new.items()) if v != old.get(k, 0)}
+
+
+def gc_per_round(
+    gc0: dict[str, Any], gc1: dict[str, Any], times: list[float]
+) -> dict[str, list[float]]:
+    """The victim's garbage collections and their CPU seconds (``node.gc``) over a
+    phase, per round and generation; empty if the node does not report them."""
+    n = max(1, len(times))
+    return {
+        k: [round((b - a) / n, 4) for a, b in zip(gc0[k], gc1[k], strict=True)]
+        for k in ("collections", "cpu_s", "trainer_cpu_s")
+        if k in gc0 and k in gc1
+    }
+
+
+def thread_spent(
+    before: dict[str, tuple[float, float, int]], after: dict[str, tuple[float, float, int]]
+) -> dict[str, list[float]]:
+    """What each thread spent between two ``Victim.thread_times``: [user seconds, system
+    seconds, minor page faults], by thread id."""
+    return {
+        tid: [n - m for n, m in zip(t, before.get(tid, (0.0, 0.0, 0)), strict=True)]
+        for tid, t in after.items()
+    }
 
 
 def ratio_interval(calm: list[float], other: list[float], n: int = 2000) -> tuple[float, float]:

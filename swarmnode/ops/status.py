@@ -143,6 +143,7 @@ class TrainerStatus:
     exchange: ExchangeStatus | None = None  # None: the node trains alone
     totals: dict[str, float] = field(default_factory=dict)  # RoundHistory.totals
     rss_mb: float = 0.0
+    gc: dict[str, Any] = field(default_factory=dict)  # ops.gcclock.GcClock.snapshot
     checkpoint_age_s: float | None = None  # None: no checkpoint yet
     now: float = 0.0  # unix seconds when built
     history: History | None = None  # the dashboard's curves and swarm view
@@ -163,6 +164,7 @@ class TrainerStatus:
             "trained_from": self.trained_from,
             "trained_from_forgotten": self.trained_from_forgotten,
             "sapo": dataclasses.asdict(self.sapo),
+            "gc": self.gc,
         }
         if self.exchange is not None:
             node.update(self.exchange.to_json())

@@ -383,14 +383,22 @@ class ProcessTransport(Transport):
         self._tasks, self._writer, self._ended = [], None, True
 
 
-def stat_cpu_s(stat: Path) -> float | None:
-    """CPU seconds (user + system) in a /proc ``stat`` file, a process's or a thread's
-    (Linux), or None if it cannot be read (the process or thread ended)."""
+def stat_times(stat: Path) -> tuple[float, float, int] | None:
+    """(user CPU seconds, system CPU seconds, minor page faults) in a /proc ``stat``
+    file, a process's or a thread's (Linux), or None if it cannot be read (the
+    process or thread ended)."""
     try:
         fields = stat.read_text().rsplit(")", 1)[1].split()
     except (OSError, IndexError):
         return None
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields[11]) / tick, int(fields[12]) / tick, int(fields[7])
+
+
+def stat_cpu_s(stat: Path) -> float | None:
+    """CPU seconds (user + system) in a /proc ``stat`` file (``stat_times``), or None."""
+    times = stat_times(stat)
+    return None if times is None else times[0] + times[1]
 
 
 def process_cpu_s(pid: int | None) -> float | None:

@@ -32,6 +32,7 @@ def test_collections_are_counted_timed_and_charged_to_the_thread_that_ran_them()
     assert snap["collected"][2] >= 1000  # the cycles, freed by the first full collection
     assert snap["cpu_s"][2] > 0
     assert 0 < snap["trainer_cpu_s"][2] < snap["cpu_s"][2]  # one of the two was the trainer's
+    assert snap["other_cpu_s"][2] > 0
 
 
 def test_the_process_clock_is_installed_once_and_reported_in_the_status() -> None:

@@ -42,6 +42,7 @@ TRAINER_METRICS = {
     "swarmnode_ingest_accepted_groups",
     "swarmnode_ingest_rejected_groups",
     "swarmnode_checkpoint_age_seconds",
+    "swarmnode_gc_cpu_seconds",
 }
 NETWORK_METRICS = {
     "swarmnode_peers",
@@ -135,6 +136,8 @@ def test_node_serves_metrics_and_dashboard(tiny_model_dir: Path, tmp_path: Path)
     assert second["swarmnode_round"][()] >= 4
     kinds = {dict(k)["kind"]: v for k, v in second["swarmnode_groups"].items()}
     assert set(kinds) == {"local", "external", "skipped", "completed"} and kinds["external"] > 0
+    gc_cpu = {tuple(sorted(dict(k).values())) for k in second["swarmnode_gc_cpu_seconds"]}
+    assert gc_cpu == {(g, t) for g in "012" for t in ("other", "trainer")}
     counters = seen["counters"]
     assert isinstance(counters, set) and "swarmnode_tokens_trained" in counters
     for name, samples in first.items():  # counters only go up across rounds

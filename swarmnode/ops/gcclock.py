@@ -61,6 +61,10 @@ class GcClock:
             "collected": list(self.collected),
             "cpu_s": [round(ns / 1e9, 4) for ns in self.cpu_ns],
             "trainer_cpu_s": [round(ns / 1e9, 4) for ns in self.trainer_cpu_ns],
+            "other_cpu_s": [
+                round((a - t) / 1e9, 4)
+                for a, t in zip(self.cpu_ns, self.trainer_cpu_ns, strict=True)
+            ],
             "frozen": gc.get_freeze_count(),
         }
 

@@ -107,6 +107,18 @@ class ViewCollector(Collector):
             "Time composing and training.",
             totals.get("train_seconds", 0),
         )
+        if st.gc:
+            gc_cpu = CounterMetricFamily(
+                "swarmnode_gc_cpu_seconds",
+                "CPU the garbage collector used, by generation and thread (trainer or other).",
+                labels=["generation", "thread"],
+            )
+            for gen, (trainer, other) in enumerate(
+                zip(st.gc["trainer_cpu_s"], st.gc["other_cpu_s"], strict=True)
+            ):
+                gc_cpu.add_metric([str(gen), "trainer"], trainer)
+                gc_cpu.add_metric([str(gen), "other"], other)
+            yield gc_cpu
         groups = CounterMetricFamily(
             "swarmnode_groups", "Groups since start, by kind.", labels=["kind"]
         )

@@ -84,6 +84,7 @@ from swarmnode.lab.victim import (
     shut_down,
     start_node,
     thread_spent,
+    work_ratio,
 )
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, QuietGossipSub
 from swarmnode.p2p.yamux_window import install as half_window_credit
@@ -295,6 +296,7 @@ async def phase(
         counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
         # a round: the trainer's user and system CPU seconds and minor page faults;
         # the garbage collector's CPU seconds per generation, all threads and the trainer's
+        work=[[r.tokens_generated, r.tokens_trained] for r in later],
         trainer_per_round=[round(x / max(1, len(times)), 3) for x in spent[trainer]],
         gc_per_round=gc_per_round(st0["node"].get("gc", {}), st1["node"].get("gc", {}), times),
     )
@@ -330,6 +332,10 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[
     per_cycle = [
         res[f"scale{i}"]["round_s"] / res[f"calm{i}"]["round_s"] for i in range(args.cycles)
     ]
+    wr, wlo, whi = work_ratio(  # rounds' seconds against calm's for the same work
+        [v for k, v in res.items() if k.startswith("calm")],
+        [v for k, v in res.items() if k.startswith("scale")],
+    )
     return (
         f"victim_cpus {','.join(map(str, sorted(cpus)))} cpu_bf16 {int(cpu_has_bf16())}"
         f" verify {args.verify} peers {args.peers} procs {args.procs} period_s {args.period}"
@@ -337,6 +343,7 @@ def summary(res: dict[str, dict[str, Any]], args: argparse.Namespace, cpus: set[
         f" ratio {statistics.fmean(s) / statistics.fmean(c):.3f} [{lo:.3f}, {hi:.3f}]"
         f" (median {statistics.median(s) / statistics.median(c):.3f})"
         f" per_cycle {','.join(f'{r:.2f}' for r in per_cycle)}"
+        f" work_adjusted {wr:.3f} [{wlo:.3f}, {whi:.3f}]"
         f" gen_s_per_token_ratio {scale['s_per_token'] / calm['s_per_token']:.3f}"
         f" node_cpu_per_round_ratio {scale['cpu_s_per_round'] / calm['cpu_s_per_round']:.2f}"
         f" rounds calm {len(c)} scale {len(s)}"

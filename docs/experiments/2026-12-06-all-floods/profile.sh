@@ -17,11 +17,12 @@ cmd=(.venv/bin/python scripts/bench_scale.py --model embedded:smollm2-135m --pin
   bench=$!
   until grep -q "^calm0 {" "$f" 2>/dev/null; do sleep 2; kill -0 $bench || break; done
   sleep 60
-  pid=$(pgrep -f "bench-scale-.*/victim.yaml" | head -1)
+  pid=$(pgrep -f "bench-scale-.*/node.yaml" | head -1)
   echo "# py-spy on $pid from $(date -u +%FT%TZ)"
   taskset -c 1 "$SPY" record -p "$pid" --nonblocking --threads -r 50 -d 120 --format raw \
     -o "$OUT/profile-scale-$C.collapsed" > /tmp/pyspy.log 2>&1
   echo "# py-spy rc $? $(tail -1 /tmp/pyspy.log)"
+  gzip -9 "$OUT/profile-scale-$C.collapsed"
   wait $bench
   echo "# end $(date -u +%FT%TZ) rc $?"
 } >> "$f" 2>&1

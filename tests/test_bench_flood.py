@@ -53,10 +53,10 @@ def test_the_collectors_cost_is_given_per_round_and_generation() -> None:
 
     gc0 = {"collections": [10, 1, 0], "cpu_s": [0.1, 0.0, 0.0], "trainer_cpu_s": [0.05, 0, 0]}
     gc1 = {"collections": [30, 3, 2], "cpu_s": [0.3, 0.02, 0.4], "trainer_cpu_s": [0.15, 0, 0.2]}
-    got = gc_per_round(gc0, gc1, [1.0, 1.0])
+    got = gc_per_round(gc0, gc1, 2)
     assert got == {
         "collections": [10.0, 1.0, 1.0],
         "cpu_s": [0.1, 0.01, 0.2],
         "trainer_cpu_s": [0.05, 0.0, 0.1],
     }
-    assert gc_per_round({}, gc1, [1.0]) == {}  # a node that does not report them
+    assert gc_per_round({}, gc1, 1) == {}  # a node that does not report them

@@ -79,13 +79,13 @@ from swarmnode.lab.victim import (
     Victim,
     counted_in,
     deltas,
-    gc_per_round,
     honest_peer,
     pin_cpus,
     ratio_interval,
     shut_down,
     start_node,
     thread_spent,
+    trainer_figures,
     work_ratio,
 )
 
@@ -154,7 +154,6 @@ async def phase(
     cpu1, threads1, switches1 = victim.cpu_s(), victim.thread_times(), victim.thread_switches()
     spent = thread_spent(threads0, threads1)
     used = {tid: user + sys for tid, (user, sys, _) in spent.items()}
-    trainer = max(used, key=used.__getitem__)  # the busiest thread is the trainer's
     switched = {
         tid: [n - m for n, m in zip(sw, switches0.get(tid, (0, 0)), strict=True)]
         for tid, sw in switches1.items()
@@ -180,6 +179,7 @@ async def phase(
         ]
         out["s_to_graylist"] = [graylisted_at.get(p) for p in flood_ids]
     times = [b.time - a.time for a, b in itertools.pairwise(recs)]
+    trainer, trainer_figs = trainer_figures(spent, st0, st1, len(times))
     honest_v0 = st0["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {})
     honest_v1 = st1["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {})
     flood_counted = counted_in(st1) - counted_in(st0) - (honest_published[0] - pub0)
@@ -219,10 +219,7 @@ async def phase(
             sum(v for tid, (v, _) in switched.items() if tid != trainer) / (t1 - t0), 1
         ),
         work=[[r.tokens_generated, r.tokens_trained] for r in recs[1:]],
-        # a round: the trainer's user and system CPU seconds and minor page faults;
-        # the garbage collector's CPU seconds per generation, all threads and the trainer's
-        trainer_per_round=[round(x / max(1, len(times)), 3) for x in spent[trainer]],
-        gc_per_round=gc_per_round(st0["node"].get("gc", {}), st1["node"].get("gc", {}), times),
+        **trainer_figs,
     )
     print(name, json.dumps(out), flush=True)
     if identities:

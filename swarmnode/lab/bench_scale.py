@@ -77,13 +77,13 @@ from swarmnode.lab.victim import (
     Victim,
     counted_in,
     deltas,
-    gc_per_round,
     honest_peer,
     pin_cpus,
     ratio_interval,
     shut_down,
     start_node,
     thread_spent,
+    trainer_figures,
     work_ratio,
 )
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, QuietGossipSub
@@ -252,7 +252,6 @@ async def phase(
         rss.append(victim.rounds()[-1].rss_mb or 0.0)
     st1, t1, cpu1 = victim.status(), time.monotonic(), victim.cpu_s()
     spent = thread_spent(threads0, victim.thread_times())
-    trainer = max(spent, key=lambda tid: spent[tid][0] + spent[tid][1])  # the busiest
     recs = [before[-1], *victim.rounds()[len(before) :]]
     out: dict[str, Any] = {"sent": 0, "failed": 0, "skipped": 0, "cpu_s": 0.0}
     for child in children:
@@ -294,11 +293,8 @@ async def phase(
         rss_mb_end=rss[-1] if rss else None,
         peers=st1["swarm"].get("num_peers"),
         counters=deltas(st1["swarm"]["counters"], st0["swarm"]["counters"]),
-        # a round: the trainer's user and system CPU seconds and minor page faults;
-        # the garbage collector's CPU seconds per generation, all threads and the trainer's
         work=[[r.tokens_generated, r.tokens_trained] for r in later],
-        trainer_per_round=[round(x / max(1, len(times)), 3) for x in spent[trainer]],
-        gc_per_round=gc_per_round(st0["node"].get("gc", {}), st1["node"].get("gc", {}), times),
+        **trainer_figures(spent, st0, st1, len(times))[1],
     )
     print(label, json.dumps(out), flush=True)
     return out

@@ -263,12 +263,11 @@ def deltas(new: dict[str, int], old: dict[str, int]) -> dict[str, int]:
     return {k: v - old.get(k, 0) for k, v in sorted(new.items()) if v != old.get(k, 0)}
 
 
-def gc_per_round(
-    gc0: dict[str, Any], gc1: dict[str, Any], times: list[float]
-) -> dict[str, list[float]]:
+def gc_per_round(gc0: dict[str, Any], gc1: dict[str, Any], rounds: int) -> dict[str, list[float]]:
     """The victim's garbage collections and their CPU seconds (``node.gc``) over a
-    phase, per round and generation; empty if the node does not report them."""
-    n = max(1, len(times))
+    phase of ``rounds`` rounds, per round and generation; empty if the node does not
+    report them."""
+    n = max(1, rounds)
     return {
         k: [round((b - a) / n, 4) for a, b in zip(gc0[k], gc1[k], strict=True)]
         for k in ("collections", "cpu_s", "trainer_cpu_s")
@@ -318,6 +317,20 @@ def work_ratio(
         draws[int(0.025 * n)],
         draws[int(0.975 * n) - 1],
     )
+
+
+def trainer_figures(
+    spent: dict[str, list[float]], st0: dict[str, Any], st1: dict[str, Any], rounds: int
+) -> tuple[str, dict[str, Any]]:
+    """The trainer's thread id (the busiest in ``spent``, ``thread_spent``'s output) and,
+    a round over the phase: its [user s, system s, minor faults] (``trainer_per_round``)
+    and the collector's cost (``gc_per_round``, from the statuses at either end)."""
+    trainer = max(spent, key=lambda tid: spent[tid][0] + spent[tid][1])
+    n = max(1, rounds)
+    return trainer, {
+        "trainer_per_round": [round(x / n, 3) for x in spent[trainer]],
+        "gc_per_round": gc_per_round(st0["node"].get("gc", {}), st1["node"].get("gc", {}), n),
+    }
 
 
 def ratio_interval(calm: list[float], other: list[float], n: int = 2000) -> tuple[float, float]:

@@ -65,7 +65,6 @@ class GcClock:
                 round((a - t) / 1e9, 4)
                 for a, t in zip(self.cpu_ns, self.trainer_cpu_ns, strict=True)
             ],
-            "frozen": gc.get_freeze_count(),
         }
 
 

@@ -263,3 +263,46 @@ def test_blocked_loop_and_busy_thread_do_not_delay_delivery(tmp_path: Path) -> N
             await a.stop()
 
     run(main())
+
+
+@pytest.mark.parametrize("idontwant", [False, True])
+def test_a_stock_peer_sends_idontwant_frames_only_if_the_node_speaks_v12(
+    tmp_path: Path, idontwant: bool
+) -> None:
+    """A stock py-libp2p peer offers /meshsub/1.2.0 first and then sends an IDONTWANT
+    frame to its v1.2 mesh peers for every message it publishes. By default the node
+    serves 1.1.0 and 1.0.0 only, so the peer falls back to 1.1.0 and reads cost one
+    frame per message; with ``swarm.idontwant`` the frames come back."""
+    n = 6
+
+    async def main() -> None:
+        node = GossipTransport(swarm_cfg(idontwant=idontwant), tmp_path / "node")
+        await node.start()
+        col = Collector(node)
+        addr = node.info.listen_addrs[0]  # type: ignore[union-attr]
+        finished = threading.Event()
+        peer = threading.Thread(
+            target=raw_peer,
+            args=(addr, [(batch(r), True) for r in range(n)], finished.is_set),
+            daemon=True,
+        )
+        try:
+            peer.start()
+            await wait_for(
+                lambda: col.poll() or {r for _, r, _ in col.got} == set(range(n)), "every message"
+            )
+            await asyncio.sleep(1.0)  # an IDONTWANT rides its own frame, queued beside
+            c = node.stats()["counters"]
+            assert c.get("msgs_read", 0) == n
+            if idontwant:
+                assert c.get("control.idontwant", 0) >= n
+            else:
+                assert c.get("control.idontwant", 0) == 0
+                # a frame per message, besides the subscription and GRAFT
+                assert c.get("frames_in", 0) <= n + 2
+        finally:
+            finished.set()
+            peer.join(TIMEOUT)
+            await node.stop()
+
+    run(main())

@@ -211,8 +211,10 @@ async def phase(
         net_share_mean=round(statistics.fmean(shares), 4) if shares else None,
         net_share_max=max(shares, default=None),
         cap_bound_s=sum(1 for lv in levels if lv is not None),
-        # the others' CPU over the phase, a core's share
+        # the others' CPU over the phase, a core's share, and in seconds
         outside_training_share=round((sum(used.values()) - used[trainer]) / (t1 - t0), 4),
+        others_cpu_s=round(sum(used.values()) - used[trainer], 3),
+        phase_s=round(t1 - t0, 1),
         # a second: the times the kernel took the core from the trainer, the others' wake-ups
         trainer_preempted_per_s=round(switched.get(trainer, [0, 0])[1] / (t1 - t0), 1),
         others_woke_per_s=round(
@@ -225,6 +227,28 @@ async def phase(
     if identities:
         await victim.settle(honest, FRESHNESS_S + 60)
     return out
+
+
+def per_msg_read(rs: list[dict[str, Any]], counter: str) -> float | None:
+    """A counter's total over the phases per message read (``msgs_read``)."""
+    msgs = sum(r["counters"].get("msgs_read", 0) for r in rs)
+    return round(sum(r["counters"].get(counter, 0) for r in rs) / msgs, 2) if msgs else None
+
+
+def added_ms_per_msg(calm_rs: list[dict[str, Any]], rs: list[dict[str, Any]]) -> float | None:
+    """ms of CPU outside the trainer thread per message read that the phases added to
+    calm's: their others' CPU less calm's share of a core over as many seconds, over
+    the messages read less calm's rate over as many seconds (absent from a run
+    before 2026-12-07: None)."""
+    if not all("others_cpu_s" in r for r in (*calm_rs, *rs)):
+        return None
+    calm_s = sum(r["phase_s"] for r in calm_rs)
+    share = sum(r["others_cpu_s"] for r in calm_rs) / calm_s
+    rate = sum(r["counters"].get("msgs_read", 0) for r in calm_rs) / calm_s
+    secs = sum(r["phase_s"] for r in rs)
+    msgs = sum(r["counters"].get("msgs_read", 0) for r in rs) - rate * secs
+    cpu = sum(r["others_cpu_s"] for r in rs) - share * secs
+    return round(1000 * cpu / msgs, 3) if msgs > 0 else None
 
 
 def summary(res: dict[str, dict[str, Any]]) -> str:
@@ -277,6 +301,8 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
             f" work_adjusted {wr:.3f} [{wlo:.3f}, {whi:.3f}]"
             f" outside_training_share {[r['outside_training_share'] for r in rs]}"
             f" (calm {[r['outside_training_share'] for r in calm_rs]})"
+            f" others_ms_per_msg_read {added_ms_per_msg(calm_rs, rs)}"
+            f" frames_per_msg_read {per_msg_read(rs, 'frames_in')}"
             f" trainer_preempted_per_s {[r['trainer_preempted_per_s'] for r in rs]}"
             f" (calm {[r['trainer_preempted_per_s'] for r in calm_rs]})"
             f" others_woke_per_s {[r['others_woke_per_s'] for r in rs]}"
@@ -312,6 +338,7 @@ async def amain(args: argparse.Namespace) -> int:
         net_share,
         not args.no_batch_threads,
         args.net_process,
+        args.idontwant,
     )
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
@@ -372,6 +399,12 @@ def main() -> None:
         help="the victim's swarm.batch_threads off (its network threads preempt the trainer)",
     )
     ap.add_argument("--net-process", action="store_true", help=NET_PROCESS_HELP)
+    ap.add_argument(
+        "--idontwant",
+        action="store_true",
+        help="the victim's swarm.idontwant on: it speaks gossipsub v1.2 and its stock "
+        "py-libp2p peers send it an IDONTWANT frame for every message (before 2026-12-07)",
+    )
     ap.add_argument(
         "--verify",
         default="on_arrival",

@@ -229,13 +229,14 @@ def start_node(
     net_share: float | None = 0.1,
     batch_threads: bool = True,
     net_process: bool = False,
+    idontwant: bool = False,
 ) -> Victim:
     """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
     name or folder as in ``model.name``) or, by default, the tiny test model; on
     ``cpus`` only if given (set in the child before exec, so all its threads);
-    ``verify`` is its ``sapo.verify``; ``net_share``, ``batch_threads`` and
-    ``net_process`` its ``swarm.max_net_share``, ``swarm.batch_threads`` and
-    ``swarm.net_process``."""
+    ``verify`` is its ``sapo.verify``; ``net_share``, ``batch_threads``,
+    ``net_process`` and ``idontwant`` its ``swarm.max_net_share``,
+    ``swarm.batch_threads``, ``swarm.net_process`` and ``swarm.idontwant``."""
     if model is None:
         from swarmnode.lab.tiny import make_tiny_model
 
@@ -245,6 +246,7 @@ def start_node(
     cfg["swarm"]["max_net_share"] = net_share
     cfg["swarm"]["batch_threads"] = batch_threads
     cfg["swarm"]["net_process"] = net_process
+    cfg["swarm"]["idontwant"] = idontwant
     cfg["sapo"]["freshness_s"] = FRESHNESS_S
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     log = tmp / f"{name}.log"

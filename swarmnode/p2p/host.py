@@ -7,9 +7,10 @@ counters) and a stats snapshot.
 Invariants:
 - Security is Noise only (py-libp2p also offers plaintext, secio and TLS by default;
   they are switched off), muxer yamux, optional PSK private network.
-- Gossipsub speaks the standard /meshsub/1.2.0, 1.1.0, 1.0.0 ids with strict
-  signing: our messages are signed; unsigned or badly signed ones are counted
-  (``rejected.signature``) and dropped before anything else looks at them.
+- Gossipsub speaks the standard /meshsub/1.1.0 and 1.0.0 ids (and 1.2.0 with
+  ``idontwant``) with strict signing: our messages are signed; unsigned or badly
+  signed ones are counted (``rejected.signature``) and dropped before anything
+  else looks at them.
 - Cheap before expensive, every drop counted: graylisted peer, forwarder rate,
   signature (``HardenedPubsub``), then the topic validator: the originator's message
   rate, ``decode_batch``, the originator's group rate, the swarm name. Rejects are
@@ -64,11 +65,11 @@ from swarmnode.p2p.bridge import Outbox
 from swarmnode.p2p.contain import TaskGuard, contained_service, live_tasks, run_host
 from swarmnode.p2p.discovery import Discovery
 from swarmnode.p2p.gossip import (
-    GOSSIP_PROTOCOLS,
     MAX_RPC_BYTES,
     HardenedPubsub,
     QuietGossipSub,
     gossipsub_score_params,
+    node_protocols,
     topic_for,
 )
 from swarmnode.p2p.liveness import Liveness
@@ -179,7 +180,7 @@ class P2PHost:
         )
         self.nat.attach(host)  # circuit addresses join what the host advertises
         gossipsub = QuietGossipSub(
-            protocols=list(GOSSIP_PROTOCOLS),
+            protocols=node_protocols(cfg.idontwant),
             degree=cfg.mesh_degree,
             degree_low=max(1, cfg.mesh_degree - 2),
             degree_high=cfg.mesh_degree_high or cfg.mesh_degree + 2,

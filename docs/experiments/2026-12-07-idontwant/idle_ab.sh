@@ -14,7 +14,7 @@ for rep in 1 2; do
   for i in $(seq 60); do grep -q addr $o && break; sleep 1; done
   addr=$(head -1 $o | python3 -c 'import json,sys; print(json.load(sys.stdin)["addr"])')
   sleep 16
-  PYTHONPATH=/work/main taskset -c 1 .venv/bin/python $D/idlers.py $addr 5 75 > /dev/null 2>&1
+  PYTHONPATH=/work/main taskset -c 1 .venv/bin/python $D/idlers.py $addr 5 60 > /dev/null 2>&1
   kill $v; wait $v 2>/dev/null
  done
 done

@@ -1,8 +1,9 @@
-"""N stock py-libp2p hosts meshed with the victim, publishing nothing, for S seconds.
+"""N stock py-libp2p hosts meshed with the victim, publishing nothing, for S seconds
+(docs/experiments/2026-12-05-idle/idlers.py; the Flooder now lives in swarmnode.lab.flooder).
 NOIDW=1: they send no IDONTWANT (to separate the victim's send cost from its read cost)."""
 import os, sys, trio
 from libp2p.pubsub.gossipsub import GossipSub
-from swarmnode.lab import bench_flood as bf
+from swarmnode.lab import flooder as bf
 if os.environ.get("NOIDW"):
     async def _none(self, msg_id, topic_ids): return None
     GossipSub._emit_idontwant_for_message = _none

@@ -2,7 +2,7 @@
 NOIDW=1: they send no IDONTWANT (to separate the victim's send cost from its read cost)."""
 import os, sys, trio
 from libp2p.pubsub.gossipsub import GossipSub
-from swarmnode.lab import bench_flood as bf
+from swarmnode.lab import flooder as bf  # bench_flood's Flooder, moved since
 if os.environ.get("NOIDW"):
     async def _none(self, msg_id, topic_ids): return None
     GossipSub._emit_idontwant_for_message = _none

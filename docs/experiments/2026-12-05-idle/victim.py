@@ -1,5 +1,7 @@
 """Victim: a swarmnode GossipTransport publishing a batch every PERIOD s; prints its
-libp2p thread's CPU and counters every WINDOW s as JSON lines."""
+libp2p thread's CPU and counters every WINDOW s as JSON lines. IDONTWANT=1: its
+swarm.idontwant on (gossipsub v1.2, what the node spoke before feb3745; unset, the
+node's default: 1.1 since then); YAPPI=FILE: a profile of its libp2p thread."""
 import asyncio, json, os, sys, time, threading, tempfile
 from pathlib import Path
 from swarmnode.lab.bench_gossip import make_batch
@@ -17,7 +19,7 @@ def thread_cpu(name):
     return 0.0
 
 async def main():
-    t = GossipTransport(SwarmConfig(enabled=True, name='default', listen=['/ip4/127.0.0.1/tcp/0'], bootstrap=[], inbox_size=4096), Path(tempfile.mkdtemp()))
+    t = GossipTransport(SwarmConfig(enabled=True, name='default', listen=['/ip4/127.0.0.1/tcp/0'], bootstrap=[], inbox_size=4096, idontwant=os.environ.get('IDONTWANT') == '1'), Path(tempfile.mkdtemp()))
     await t.start()
     print(json.dumps({"addr": t.info.listen_addrs[0] + "/p2p/" + t.peer_id if "/p2p/" not in t.info.listen_addrs[0] else t.info.listen_addrs[0]}), flush=True)
     n, t0, c0, k0 = 0, time.monotonic(), thread_cpu("swarmnode-libp2p"), dict(t.stats()["counters"])

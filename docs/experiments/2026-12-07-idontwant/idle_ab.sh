@@ -9,12 +9,12 @@ for rep in 1 2; do
  for side in on off; do
   o=$D/raw-idle/$side$rep-$C.jsonl; mkdir -p $D/raw-idle
   [ $side = on ] && export IDONTWANT=1 || export IDONTWANT=0
-  PYTHONPATH=/work/main WINDOW=15 taskset -c 0 .venv/bin/python $D/idle_victim.py > $o 2>/dev/null &
+  PYTHONPATH=/work/main WINDOW=15 taskset -c 0 .venv/bin/python docs/experiments/2026-12-05-idle/victim.py > $o 2>/dev/null &
   v=$!
   for i in $(seq 60); do grep -q addr $o && break; sleep 1; done
   addr=$(head -1 $o | python3 -c 'import json,sys; print(json.load(sys.stdin)["addr"])')
   sleep 16
-  PYTHONPATH=/work/main taskset -c 1 .venv/bin/python $D/idlers.py $addr 5 60 > /dev/null 2>&1
+  PYTHONPATH=/work/main taskset -c 1 .venv/bin/python docs/experiments/2026-12-05-idle/idlers.py $addr 5 60 > /dev/null 2>&1
   kill $v; wait $v 2>/dev/null
  done
 done

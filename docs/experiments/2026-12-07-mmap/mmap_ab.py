@@ -53,7 +53,7 @@ def child(mib: int, rounds: int) -> None:
             g if g.has_signal else replace(g, rewards=[float(j % 2) for j in range(len(g.rewards))])
             for g in groups
         ]
-        trainer.update(groups)
+        step = trainer.update(groups)
         memory.release_free_memory()
         t1 = time.perf_counter()
         u1 = resource.getrusage(resource.RUSAGE_THREAD)
@@ -72,6 +72,8 @@ def child(mib: int, rounds: int) -> None:
                         "rss_mb": round(status_mb("VmRSS")),
                         "peak_mb": round(status_mb("VmHWM")),
                         "work": work.hexdigest()[:12],
+                        "groups": step.groups_trained,
+                        "tokens": step.tokens_trained,
                     }
                 ),
                 flush=True,
@@ -115,7 +117,8 @@ def main() -> None:
             f" user_s {statistics.fmean(r['user'] for r in rs):.3f}"
             f" sys_s {statistics.fmean(r['sys'] for r in rs):.3f}"
             f" minflt {statistics.fmean(r['minflt'] for r in rs):.0f}"
-            f" rss_after_mb {max(r['rss_mb'] for r in rs)} peak_mb {max(r['peak_mb'] for r in rs)}",
+            f" rss_after_mb {max(r['rss_mb'] for r in rs)} peak_mb {max(r['peak_mb'] for r in rs)}"
+            f" trained {sum(r.get('groups', 0) for r in rs)}g/{sum(r.get('tokens', 0) for r in rs)}t",
             flush=True,
         )
 

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.helpers import ENV, REPO
 
 
@@ -66,6 +68,29 @@ def test_freed_memory_goes_back_to_the_os() -> None:
     assert release_free_memory()
     assert rss_mb() < before - 150
     libc.free(blocks[-1])
+
+
+def test_a_refused_allocator_setting_does_not_stop_the_others(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A setting mallopt refuses (here the mmap threshold, refused by a spy in front of
+    glibc) leaves the others to be set, not skipped as they were, and is named."""
+    from swarmnode.learn import memory
+
+    libc = memory._glibc()
+    if libc is None:
+        pytest.skip("not glibc")
+    real, tried = libc.mallopt, []
+
+    def spy(param: int, value: int) -> int:
+        tried.append(param)
+        return 0 if param == memory.M_MMAP_THRESHOLD else int(real(param, value))
+
+    monkeypatch.setattr(libc, "mallopt", spy)
+    with caplog.at_level("WARNING", logger=memory.__name__):
+        assert memory.tune_allocator.__wrapped__() is False  # past the once-a-process cache
+    assert tried == [memory.M_MMAP_THRESHOLD, memory.M_TRIM_THRESHOLD, memory.M_ARENA_MAX]
+    assert "M_MMAP_THRESHOLD" in caplog.text and "M_ARENA_MAX" not in caplog.text
 
 
 def test_threads_allocate_from_one_arena() -> None:

@@ -180,8 +180,9 @@ async def phase(
         out["s_to_graylist"] = [graylisted_at.get(p) for p in flood_ids]
     times = [b.time - a.time for a, b in itertools.pairwise(recs)]
     trainer, trainer_figs = trainer_figures(spent, st0, st1, len(times))
-    honest_v0 = st0["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {})
-    honest_v1 = st1["swarm"]["peer_scores"].get(honest, {}).get("verdicts", {})
+    # The status lists the 50 lowest-scored peers only: after enough Sybils the honest
+    # peer (high score) drops out of it, and its count is then unknown (None), not 0.
+    honest_v = [st["swarm"]["peer_scores"].get(honest) for st in (st0, st1)]
     flood_counted = counted_in(st1) - counted_in(st0) - (honest_published[0] - pub0)
     out.update(
         durations=[round(t, 3) for t in times],
@@ -193,7 +194,10 @@ async def phase(
         valid=not identities
         or rate == SILENT
         or (out.get("sent", 0) >= 100 and flood_counted >= 100),
-        honest_accepted=honest_v1.get("accepted", 0) - honest_v0.get("accepted", 0),
+        honest_accepted=None
+        if honest_v[0] is None or honest_v[1] is None
+        else honest_v[1]["verdicts"].get("accepted", 0)
+        - honest_v[0]["verdicts"].get("accepted", 0),
         honest_trained=sum(r.external_by_peer.get(honest, 0) for r in recs[1:]),
         groups_trained=sum(r.groups_trained for r in recs[1:]),
         tokens_trained=sum(r.tokens_trained for r in recs[1:]),
@@ -258,14 +262,17 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
     for key, r in res.items():
         kinds.setdefault(key.rstrip("0123456789"), []).append(r)
 
-    def pooled(rs: list[dict[str, Any]], field: str) -> int:
-        return sum(r[field] for r in rs)
+    def pooled(rs: list[dict[str, Any]], field: str) -> int | str:
+        """The field's sum over the cycles; "?" where a cycle's is unknown (None)."""
+        values = [r[field] for r in rs]
+        return "?" if None in values else sum(values)
 
     def durations(rs: list[dict[str, Any]]) -> list[float]:
         return [t for r in rs for t in r["durations"]] or [float("nan")]
 
     def cpu_per_round(rs: list[dict[str, Any]]) -> float:
-        return sum(r["cpu_s_per_round"] * r["rounds"] for r in rs) / max(1, pooled(rs, "rounds"))
+        rounds = sum(r["rounds"] for r in rs)
+        return sum(r["cpu_s_per_round"] * r["rounds"] for r in rs) / max(1, rounds)
 
     calm_rs = kinds["calm"]
     calm, calm_cpu = statistics.fmean(durations(calm_rs)), cpu_per_round(calm_rs)

@@ -60,21 +60,24 @@ def _glibc() -> ctypes.CDLL | None:
 @cache
 def tune_allocator() -> bool:
     """Fixed mmap and trim thresholds and a bounded arena count (once per process).
-    False where this is not glibc."""
+    Every setting is tried, whether or not an earlier one was refused; a refused one
+    keeps glibc's default and is logged by name. True when all were taken; False
+    where this is not glibc."""
     libc = _glibc()
     if libc is None:
         return False
-    ok = all(
-        libc.mallopt(param, value) == 1
-        for param, value in (
-            (M_MMAP_THRESHOLD, MMAP_THRESHOLD),
-            (M_TRIM_THRESHOLD, TRIM_THRESHOLD),
-            (M_ARENA_MAX, ARENA_MAX),
+    refused = [
+        name
+        for name, param, value in (
+            ("M_MMAP_THRESHOLD", M_MMAP_THRESHOLD, MMAP_THRESHOLD),
+            ("M_TRIM_THRESHOLD", M_TRIM_THRESHOLD, TRIM_THRESHOLD),
+            ("M_ARENA_MAX", M_ARENA_MAX, ARENA_MAX),
         )
-    )
-    if not ok:
-        log.debug("mallopt refused a setting; the allocator keeps its defaults")
-    return ok
+        if libc.mallopt(param, value) != 1
+    ]
+    if refused:
+        log.warning("mallopt refused %s; glibc keeps its default there", ", ".join(refused))
+    return not refused
 
 
 def release_free_memory() -> bool:

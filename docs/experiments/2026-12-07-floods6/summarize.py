@@ -16,8 +16,9 @@ p.add_argument("raw")
 p.add_argument("--cycles", type=int, default=None)
 a = p.parse_args()
 res = {}
-for line in open(a.raw):
-    m = re.match(r"([a-z0-9_]+?)(\d+) (\{.*\})$", line.strip())
-    if m and (a.cycles is None or int(m[2]) < a.cycles):
-        res[m[1] + m[2]] = json.loads(m[3])
+with open(a.raw) as f:
+    for line in f:
+        m = re.match(r"([a-z0-9_]+?)(\d+) (\{.*\})$", line.strip())
+        if m and (a.cycles is None or int(m[2]) < a.cycles):
+            res[m[1] + m[2]] = json.loads(m[3])
 print(summary(res).replace("; ", "\n"))

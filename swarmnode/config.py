@@ -253,6 +253,13 @@ class RelayConfig(_Section):
     max_reservations: int = Field(
         128, ge=1, le=100_000, description="Serving: peers that may hold a slot at once."
     )
+    max_reservations_per_ip: int = Field(
+        4,
+        ge=1,
+        le=100_000,
+        description="Serving: slots the peers of one IPv4 address (or IPv6 /64) may hold "
+        "at once, so that one host's many identities cannot take every slot.",
+    )
     max_circuits_per_peer: int = Field(
         16, ge=1, le=1024, description="Serving: relayed connections to one peer at once."
     )
@@ -346,6 +353,20 @@ class SwarmConfig(_Section):
         ),
     )
     dial_timeout_s: float = Field(10.0, gt=0, le=300, description="One dial attempt's time limit.")
+    ping_interval_s: float = Field(
+        5.0,
+        gt=0,
+        le=3600,
+        description="Liveness: seconds between one check of every connected peer (a yamux "
+        "ping on its connection) and the next.",
+    )
+    ping_misses: int = Field(
+        2,
+        ge=1,
+        le=1000,
+        description="Liveness: checks a peer may leave unanswered in a row before it is "
+        "disconnected (and redialled); a refused or unsupported ping is an answer.",
+    )
     forwarder_msgs_per_s: float = Field(
         100.0,
         gt=0,

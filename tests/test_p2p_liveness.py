@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 import trio
 from libp2p.host.exceptions import StreamFailure
 from libp2p.peer.id import ID
 from libp2p.protocol_muxer.exceptions import MultiselectClientError
 from libp2p.stream_muxer.yamux.yamux import Yamux
 
+from swarmnode.config import ConfigError, parse_config
 from swarmnode.p2p import liveness
 from swarmnode.p2p.liveness import Liveness
 from swarmnode.share.inbox import Counters
@@ -252,3 +254,13 @@ def test_a_yamux_connection_is_asked_by_its_muxer_not_a_ping_stream(
     snap = counters.snapshot()
     assert snap["ping_via_muxer"] == 2 and snap["ping_missed"] == 2
     assert "ping_unsupported" not in snap and len(asked) == 4
+
+
+def test_the_check_interval_and_misses_are_config_fields() -> None:
+    swarm = parse_config({"swarm": {"enabled": True}}).swarm
+    assert (swarm.ping_interval_s, swarm.ping_misses) == (liveness.INTERVAL_S, liveness.MISSES)
+    swarm = parse_config({"swarm": {"ping_interval_s": 30, "ping_misses": 4}}).swarm
+    assert (swarm.ping_interval_s, swarm.ping_misses) == (30.0, 4)
+    for field, bad in (("ping_interval_s", 0), ("ping_misses", 0)):
+        with pytest.raises(ConfigError, match=rf"swarm\.{field}"):
+            parse_config({"swarm": {field: bad}})

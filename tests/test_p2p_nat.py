@@ -164,6 +164,9 @@ def test_relay_config() -> None:
         parse_config({"swarm": {"relay": {"use": "sometimes"}}})
     with pytest.raises(ConfigError, match=r"swarm\.relay\.max_circuit_s"):
         parse_config({"swarm": {"relay": {"max_circuit_s": 1}}})
+    assert parse_config(base).swarm.relay.max_reservations_per_ip == 4
+    with pytest.raises(ConfigError, match=r"swarm\.relay\.max_reservations_per_ip"):
+        parse_config({"swarm": {"relay": {"max_reservations_per_ip": 0}}})
 
 
 class FakeStream:
@@ -237,3 +240,77 @@ def test_is_relayed_is_kept_once_the_transport_info_is_set() -> None:
     conn = Conn(["/ip4/1.2.3.4/tcp/1"], "relayed")
     assert autonat.is_relayed(conn) and autonat.is_relayed(conn) and conn.asked == 1
     assert not autonat.is_relayed(None)
+
+
+def _reserve_as_strangers(relay_addr: str, named: ID) -> list[int]:
+    """Four plain py-libp2p hosts (no swarmnode) on loopback RESERVE a slot on the relay
+    in turn, the first naming ``named`` in its RESERVE instead of itself; then the
+    first leaves and the last asks again. The STATUS each answer carried, in order."""
+    import contextlib
+
+    from libp2p import new_host
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage, PeerId
+    from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID
+    from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
+
+    info = info_from_p2p_addr(multiaddr.Multiaddr(relay_addr))
+    loopback = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
+    statuses: list[int] = []
+
+    async def reserve(host: Any, peer: ID | None = None) -> None:
+        with trio.fail_after(20):
+            stream = await host.new_stream(info.peer_id, [PROTOCOL_ID])
+            msg = HopMessage(type=HopMessage.RESERVE)
+            if peer is not None:
+                msg.peer.CopyFrom(PeerId(id=peer.to_bytes()))
+            await write_delimited_msg(stream, msg)
+            statuses.append(int((await read_delimited_msg(stream, HopMessage)).status))
+            await stream.close()
+
+    async def main() -> None:
+        hosts = [new_host(listen_addrs=[loopback]) for _ in range(4)]
+        async with contextlib.AsyncExitStack() as stack:
+            for h in hosts:
+                await stack.enter_async_context(h.run(listen_addrs=[loopback]))
+                with trio.fail_after(20):
+                    await h.connect(info)
+            await reserve(hosts[0], named)
+            for h in hosts[1:]:
+                await reserve(h)
+            await hosts[0].disconnect(info.peer_id)
+            await reserve(hosts[3])
+
+    trio.run(main)
+    return statuses
+
+
+def test_one_address_cannot_take_every_relay_slot(tmp_path: Path) -> None:
+    """Strangers from one address get at most ``max_reservations_per_ip`` live slots;
+    a RESERVE naming another peer books the sender, and a slot whose holder left is
+    free again (py-libp2p kept it for an hour)."""
+    from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
+
+    other = ID.from_base58("12D3KooWPjceQrSwdWXPyLLeABRXmuqt69Rg3sBYbU1Nft9HyQ6X")
+
+    async def main() -> None:
+        relay = GossipTransport(
+            swarm_cfg(name="relays", relay={"serve": True, "max_reservations_per_ip": 2}),
+            tmp_path / "r",
+        )
+        await relay.start()
+        try:
+            addr = relay.info.listen_addrs[0]  # type: ignore[union-attr]
+            statuses = await asyncio.to_thread(_reserve_as_strangers, addr, other)
+            ok, full = int(StatusCode.OK), int(StatusCode.RESOURCE_LIMIT_EXCEEDED)
+            assert statuses == [ok, ok, full, full, ok], statuses  # two a source address
+            assert relay.stats()["counters"].get("relay.serve_refused_ip") == 2
+            booked = relay._host.nat.protocol.resource_manager._reservations  # type: ignore[union-attr]
+            assert other not in booked  # booked under the sender, not the id it named
+            await wait_for(
+                lambda: relay.stats()["nat"]["relay_reservations_served"] == 0, "strangers gone"
+            )
+        finally:
+            await relay.stop()
+
+    asyncio.run(main())

@@ -27,7 +27,6 @@ from libp2p.pubsub.pubsub import Pubsub
 from libp2p.tools.anyio_service import background_trio_service
 from multiaddr import Multiaddr
 
-from swarmnode.p2p import liveness
 from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
 from swarmnode.p2p.transport import GossipTransport
 from swarmnode.share.wire import decode_batch
@@ -99,14 +98,13 @@ class MinimalPeer:
 def test_a_peer_serving_only_identify_and_meshsub_stays_and_exchanges(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(liveness, "INTERVAL_S", 0.5)
     monkeypatch.delenv("LIBP2P_DEBUG", raising=False)
     # swarmnode at debug routes py-libp2p's warnings too, so that any would be seen
     monkeypatch.setattr(logging.getLogger("swarmnode"), "level", logging.DEBUG)
     caplog.set_level(logging.WARNING)
 
     async def main() -> None:
-        node = GossipTransport(swarm_cfg(), tmp_path / "node")
+        node = GossipTransport(swarm_cfg(ping_interval_s=0.5), tmp_path / "node")
         await node.start()
         peer = MinimalPeer(node.info.listen_addrs[0])  # type: ignore[union-attr]
         thread = threading.Thread(target=peer.run, name="minimal-peer", daemon=True)

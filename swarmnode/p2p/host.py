@@ -229,7 +229,10 @@ class P2PHost:
                 pubsub.set_topic_validator(self.topic, self._validate, is_async_validator=False)
                 pubsub.set_deliver(self.topic, self._deliver)
                 await pubsub.subscribe(self.topic)
-                live = Liveness(host, self.counters, self.cfg.dial_timeout_s)
+                c = self.cfg
+                live = Liveness(
+                    host, self.counters, c.dial_timeout_s, c.ping_interval_s, c.ping_misses
+                )
                 loops: list[tuple[str, Any, tuple[Any, ...]]] = [
                     ("liveness", live.run, ()),
                     ("enforce", self._enforce_loop, (pubsub,)),

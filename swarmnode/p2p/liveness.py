@@ -57,8 +57,8 @@ from swarmnode.share.inbox import Counters
 
 log = logging.getLogger("swarmnode.p2p")
 
-INTERVAL_S = 5.0  # between the end of one round of checks and the next (tests lower it)
-MISSES = 2  # pings missed in a row before a peer is disconnected
+INTERVAL_S = 5.0  # between the end of one round of checks and the next (swarm.ping_interval_s)
+MISSES = 2  # pings missed in a row before a peer is disconnected (swarm.ping_misses)
 
 
 class Liveness:

@@ -189,7 +189,13 @@ class NatTraversal:
                 reservation_ttl=RESERVATION_TTL_S,
             )
             # HOP (relaying for others) only with serve; STOP (being reached) always.
-            self.protocol = RelayService(host, limits, allow_hop=rc.serve)
+            self.protocol = RelayService(
+                host,
+                limits,
+                allow_hop=rc.serve,
+                counters=self.counters,
+                max_per_ip=rc.max_reservations_per_ip,
+            )
             await stack.enter_async_context(contained_service(self.protocol, guard))
         if self.relaying and rc.hole_punch:
             timeout = int(max(1, self.cfg.dial_timeout_s))

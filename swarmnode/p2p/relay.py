@@ -1,8 +1,21 @@
-"""The relay service: py-libp2p's circuit relay v2 (HOP/STOP) with its own byte pump.
+"""The relay service: py-libp2p's circuit relay v2 (HOP/STOP) with its own byte pump
+and slots shared out by source address.
 
 Role: ``CircuitV2Protocol`` answers RESERVE and CONNECT on the standard
 ``/libp2p/circuit/relay/0.2.0/hop`` id and accepts circuits on ``/stop``; the
-class here replaces only the part that copies a circuit's bytes.
+class here replaces the part that copies a circuit's bytes and puts its own checks
+in front of RESERVE.
+
+Slots: py-libp2p bounds reservations in all (``relay.max_reservations``) but not by
+where they come from, keeps a slot for its whole TTL (an hour) after its holder
+disconnects, and books a RESERVE under any peer id the message names. So one host
+could take every slot with throwaway identities, each reserving and leaving. Here a
+RESERVE is always for the peer on the connection (the spec's RESERVE names no
+peer), slots whose holder is gone are freed before a new one is granted (the spec:
+a reservation lives only as long as its connection), and one source address (an
+IPv4 address, an IPv6 /64) holds at most ``relay.max_reservations_per_ip`` live
+slots; past that the RESERVE is answered RESOURCE_LIMIT_EXCEEDED and counted
+(``relay.serve_refused_ip``).
 
 Why: py-libp2p registers circuits by peer id, so a second circuit with the same
 peer (two peers reaching one NATed peer, or two peers dialling each other at once)
@@ -17,30 +30,105 @@ Invariants:
 - A circuit ends at its deadline (``relay.max_circuit_s``) even when idle, and when
   its byte budget (``relay.max_circuit_mib``, shared by both directions) is spent;
   a write the receiving peer does not take within ``WRITE_TIMEOUT_S`` ends it too.
+- Live slots per source address <= ``max_per_ip``; a refresh of a slot its peer
+  already holds is never refused. ``_source_of`` holds only peers with a slot in
+  py-libp2p's table (bounded by ``relay.max_reservations``).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import math
 import time
 from typing import Any
 
 import trio
+from libp2p.peer.id import ID
+from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
 from libp2p.relay.circuit_v2.protocol import CircuitV2Protocol
+from libp2p.relay.circuit_v2.protocol_buffer import StatusCode, to_proto_status
+from libp2p.relay.circuit_v2.utils import write_delimited_msg
+
+from swarmnode.share.inbox import Counters
 
 log = logging.getLogger("swarmnode.p2p")
 
 WRITE_TIMEOUT_S = 60.0  # a receiver that reads nothing for this long is gone
+REPLY_TIMEOUT_S = 5.0  # a refusal's STATUS the peer does not take in this long is dropped
+MAX_PER_IP = 4  # live slots one source address may hold (relay.max_reservations_per_ip)
 _CHUNK = 65535
 
 
-class RelayService(CircuitV2Protocol):
-    """``CircuitV2Protocol`` whose circuits cannot close each other (module docstring)."""
+def source_of(stream: Any) -> str | None:
+    """The address a stream's connection comes from, as slots are shared out: an
+    IPv4 address, or an IPv6 address's /64; None where the connection shows none."""
+    try:
+        remote = stream.get_remote_address()
+        ip = ipaddress.ip_address(remote[0]) if remote else None
+    except (AttributeError, TypeError, ValueError):
+        return None
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return None if ip is None else str(ip)
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
+
+class RelayService(CircuitV2Protocol):
+    """``CircuitV2Protocol`` whose circuits cannot close each other and whose slots no
+    single source address can take (module docstring)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        counters: Counters | None = None,
+        max_per_ip: int = MAX_PER_IP,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.live_legs = 0  # two per circuit being relayed
+        self.counters = counters if counters is not None else Counters()
+        self.max_per_ip = max_per_ip
+        self._source_of: dict[ID, str] = {}  # slot holder -> its source address
+
+    def _free_departed(self) -> None:
+        """Forget the slots whose holder is gone (expired or disconnected)."""
+        rm = self.resource_manager
+        for peer in list(rm._reservations):
+            if rm.get_reservation(peer) is None:
+                del rm._reservations[peer]
+        for peer in [p for p in self._source_of if p not in rm._reservations]:
+            del self._source_of[peer]
+
+    async def _handle_reserve(self, stream: Any, msg: HopMessage) -> None:
+        """RESERVE for the peer on the connection, within its source's share."""
+        peer = stream.muxed_conn.peer_id
+        msg.ClearField("peer")  # py-libp2p would book the slot under the id named here
+        self._free_departed()
+        source = source_of(stream)
+        if source is not None and self.resource_manager.get_reservation(peer) is None:
+            held = sum(1 for p, s in self._source_of.items() if s == source and p != peer)
+            if held >= self.max_per_ip:
+                self.counters.add("relay.serve_refused_ip")
+                log.debug("relay slot refused to %s: %s holds %d", peer, source, held)
+                refusal = HopMessage(
+                    type=HopMessage.STATUS,
+                    status=to_proto_status(StatusCode.RESOURCE_LIMIT_EXCEEDED),
+                )
+                try:
+                    with trio.move_on_after(REPLY_TIMEOUT_S):
+                        await write_delimited_msg(stream, refusal)
+                except Exception as err:  # the peer's stream: reset, closed, broken
+                    log.debug("relay refusal to %s not sent: %r", peer, err)
+                return
+        if source is not None:
+            # Booked before py-libp2p's first await (its reserve() runs before it), so
+            # that a second RESERVE from the same address, read meanwhile, counts it.
+            self._source_of[peer] = source
+        await super()._handle_reserve(stream, msg)
+        if self.resource_manager.get_reservation(peer) is None:
+            self._source_of.pop(peer, None)  # refused (every slot taken) or gone already
 
     @property
     def circuits(self) -> int:

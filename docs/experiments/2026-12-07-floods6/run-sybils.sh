@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# A second run of the two Sybil phases, six cycles of 240 s, on the node code of
-# 49572e2 and f9882ad (unchanged since under swarmnode/ but for reporting), after the
-# 200-peer run: an independent reading of the same code, to read alone and pooled.
+# A second run of the two Sybil phases, six cycles of 240 s, after the 200-peer run:
+# the node code of 49572e2 and f9882ad plus the relay's slot rules and the liveness
+# config fields (82a6e50), neither of which this bench exercises (the victim serves
+# no relay; the ping defaults are unchanged). Read alone, and pooled with the others.
 set -u
 cd "$(dirname "$0")/../../.."
 OUT=docs/experiments/2026-12-07-floods6

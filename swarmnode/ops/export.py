@@ -108,7 +108,7 @@ def trained_model(cfg: Config, ckpt: CheckpointRef, staged: Path) -> tuple[Any, 
         missing = [k for k in result.missing_keys if "lora_" in k]
         if result.unexpected_keys or missing:
             raise NodeDirError(f"{where}: adapter does not match the base {cfg.model.name}")
-        merged = model.merge_and_unload()
+        merged: Any = model.merge_and_unload()
     else:
         from safetensors.torch import load_model
 

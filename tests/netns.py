@@ -12,6 +12,10 @@ segment, and a host namespace behind it::
         |                         |
     10.1.0.2 ns <p>natA       10.2.0.2 ns <p>natB
 
+``NatLab(symmetric=True)`` gives every router ``MASQUERADE --random-fully``: each
+new flow leaves from a random public port, so the port a peer sees is not the one
+its next flow (to anyone else) uses: a symmetric NAT, as carrier-grade NATs are.
+
 Invariants: names carry a per-run prefix, so runs never collide; ``close`` deletes
 every namespace this lab created (their veths go with them), also after a failed
 ``__init__``; every command has a timeout and a failing one raises with its stderr.
@@ -53,7 +57,8 @@ def sh(*args: str) -> str:
 class NatLab:
     """The namespaces above; ``ns(name)`` is the real namespace name."""
 
-    def __init__(self) -> None:
+    def __init__(self, symmetric: bool = False) -> None:
+        self.symmetric = symmetric
         self.prefix = f"sn{os.getpid() % 100000}"
         self.made: list[str] = []
         try:
@@ -102,8 +107,11 @@ class NatLab:
             self.run(host, "ip", "addr", "add", f"{lan}.2/24", "dev", "eth0")
             self.run(host, "ip", "route", "add", "default", "via", f"{lan}.1")
             self.run(rtr, "sysctl", "-qw", "net.ipv4.ip_forward=1")
+            # Port-restricted cone by default (Linux keeps the source port when it is
+            # free); --random-fully draws a new public port for every flow: symmetric.
+            random_port = ["--random-fully"] if self.symmetric else []
             self.run(rtr, "iptables", "-t", "nat", "-A", "POSTROUTING", "-o", "wan", "-j",
-                     "MASQUERADE")  # fmt: skip
+                     "MASQUERADE", *random_port)  # fmt: skip
             # A home router: nothing from outside reaches the LAN unless it answers
             # a flow the LAN opened (no port forwards, no UPnP).
             self.run(rtr, "iptables", "-A", "FORWARD", "-i", "wan", "-m", "conntrack",
@@ -134,6 +142,53 @@ class NatLab:
             timeout=timeout + 10,
         )
         return proc.returncode == 0
+
+    def mapped_ports(self, site: str, ports: tuple[int, int] = (7101, 7102)) -> list[int]:
+        """The public source ports the internet sees for two flows that leave host
+        ``site`` from one local port to two destinations (the relay's address, two
+        ports): equal behind a cone NAT, different behind a symmetric one."""
+        server = (
+            "import socket\n"
+            "ls = []\n"
+            f"for port in {ports!r}:\n"
+            "    s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            f"    s.bind(({PUBLIC_NET + '.1'!r}, port)); s.listen(1); s.settimeout(20)\n"
+            "    ls.append(s)\n"
+            "print('ready', flush=True)\n"
+            "for s in ls:\n"
+            "    c, addr = s.accept(); print(addr[1], flush=True); c.close()\n"
+        )
+        client = (
+            "import socket\n"
+            "held = []\n"
+            f"for port in {ports!r}:\n"
+            "    s = socket.socket()\n"
+            "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)\n"
+            "    s.bind(('', 40000)); s.settimeout(10)\n"
+            f"    s.connect(({PUBLIC_NET + '.1'!r}, port)); held.append(s)\n"
+        )
+        srv = subprocess.Popen(
+            [*self.prefix_cmd("pub"), sys.executable, "-c", server],
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert srv.stdout is not None
+            if srv.stdout.readline().strip() != "ready":
+                raise RuntimeError("the port-mapping probe's listener did not start")
+            subprocess.run(
+                [*self.prefix_cmd(f"nat{site}"), sys.executable, "-c", client],
+                check=True,
+                capture_output=True,
+                timeout=30,
+            )
+            out, _ = srv.communicate(timeout=30)
+        finally:
+            if srv.poll() is None:
+                srv.kill()
+                srv.wait(timeout=10)
+        return [int(line) for line in out.split()]
 
     def close(self) -> None:
         for ns in reversed(self.made):

@@ -45,6 +45,7 @@ from typing import Any
 
 import pytest
 import yaml
+from libp2p.relay.circuit_v2.dcutr import MAX_HOLE_PUNCH_ATTEMPTS
 
 from swarmnode.learn.metrics import read_rounds
 from tests.helpers import LIVE, Proc, cli, node_config, wait_until, write_config
@@ -53,16 +54,25 @@ from tests.netns import PUBLIC_NET, NatLab, unavailable
 PORT = 4001
 
 
-@pytest.fixture
-def lab() -> Iterator[NatLab]:
+def _lab(symmetric: bool) -> Iterator[NatLab]:
     why = unavailable()
     if why is not None:
         pytest.skip(f"NAT test needs network namespaces: {why}")
-    built = NatLab()
+    built = NatLab(symmetric=symmetric)
     try:
         yield built
     finally:
         built.close()
+
+
+@pytest.fixture
+def lab() -> Iterator[NatLab]:
+    yield from _lab(symmetric=False)
+
+
+@pytest.fixture
+def symmetric_lab() -> Iterator[NatLab]:
+    yield from _lab(symmetric=True)
 
 
 def _config(tmp: Path, node: str, model: Path, listen: str, boot: str | None, **swarm: Any) -> Path:
@@ -173,6 +183,84 @@ def test_two_nodes_behind_nat_share_through_relay_then_punch(
         }
         (tmp_path / "nat-figures.json").write_text(json.dumps(figures, indent=1))
         print("NAT figures:", json.dumps(figures))
+        for p in procs:
+            assert p.stop() == 0, p.log.read_text()[-3000:]
+    finally:
+        for p in procs:
+            if p.proc.poll() is None:
+                p.proc.kill()
+                p.proc.wait(timeout=30)
+        LIVE.clear()
+
+
+SYMMETRIC_KEEP_S = 90.0  # how long the relayed exchange is watched after punching gave up
+
+
+@pytest.mark.slow
+def test_symmetric_nats_stay_relayed_and_keep_exchanging(
+    symmetric_lab: NatLab, tiny_model_dir: Path, tmp_path: Path
+) -> None:
+    """Behind NATs that draw a new public port for every flow (carrier-grade NAT),
+    the port a peer learns for the other is not the one a punch would come from, so
+    DCUtR cannot connect them. Then: the punch attempts stop at py-libp2p's bound,
+    the relayed connection is kept (never swapped for a broken direct one), and
+    rollouts keep crossing it in both directions for ``SYMMETRIC_KEEP_S``."""
+    lab = symmetric_lab
+    # The NATs really are symmetric: one local port, two destinations, two public ports.
+    for site in ("A", "B"):
+        first, second = lab.mapped_ports(site)
+        assert first != second, (site, first, second)
+    relay_ip = f"{PUBLIC_NET}.1"
+    relay_cfg = _config(
+        tmp_path, "relay", tiny_model_dir, relay_ip, None, name="relays", relay={"serve": True}
+    )
+    procs: list[Proc] = []
+    try:
+        relay = Proc(relay_cfg, tmp_path / "relay", prefix=lab.prefix_cmd("pub"))
+        procs.append(relay)
+        relay_addr = relay.addr()
+        nodes = {}
+        started = time.time()
+        for site in ("A", "B"):
+            cfg = _config(tmp_path, site.lower(), tiny_model_dir, lab.host_ip(site), relay_addr)
+            nodes[site] = Proc(cfg, tmp_path / site.lower(), prefix=lab.prefix_cmd(f"nat{site}"))
+        procs += nodes.values()
+        a, b = nodes["A"], nodes["B"]
+        wait_until(lambda: all(p.swarm().get("listen_addrs") for p in (a, b)), "A and B up")
+        ida, idb = str(a.swarm()["peer_id"]), str(b.swarm()["peer_id"])
+
+        def trained_on_each_other() -> bool:
+            return a.metrics_from()[idb] > 0 and b.metrics_from()[ida] > 0
+
+        wait_until(trained_on_each_other, "A and B to train on each other's groups")
+        first_exchange = time.time() - started
+
+        def punching_over() -> bool:
+            attempts = sum(p.swarm()["counters"].get("relay.punch_attempts", 0) for p in (a, b))
+            return attempts >= MAX_HOLE_PUNCH_ATTEMPTS
+
+        wait_until(punching_over, "DCUtR to try (and fail) its attempts", timeout=240)
+        base = a.metrics_from()[idb], b.metrics_from()[ida]
+        time.sleep(SYMMETRIC_KEEP_S)  # the watch itself; every figure below is read after
+        sa, sb = a.swarm(), b.swarm()
+        gained = a.metrics_from()[idb] - base[0], b.metrics_from()[ida] - base[1]
+        assert min(gained) > 0, gained  # still exchanging, both ways
+        assert sa["nat"]["connections"].get(idb) == "relayed", sa["nat"]["connections"]
+        assert sb["nat"]["connections"].get(ida) == "relayed", sb["nat"]["connections"]
+        assert not sa["nat"]["hole_punched"] and not sb["nat"]["hole_punched"]
+        attempts = [s["counters"].get("relay.punch_attempts", 0) for s in (sa, sb)]
+        assert sum(s["counters"].get("relay.punch_ok", 0) for s in (sa, sb)) == 0
+        assert sum(attempts) <= MAX_HOLE_PUNCH_ATTEMPTS, attempts  # bounded: not retried
+        figures = {
+            "first_exchange_s": round(first_exchange, 1),
+            "punch_attempts": attempts,
+            "groups_gained_while_watched": list(gained),
+            "watched_s": SYMMETRIC_KEEP_S,
+            "msgs_in_via_relay": [s["counters"].get("msgs_in_via_relay", 0) for s in (sa, sb)],
+            "relayed_dials": sum(s["counters"].get("relay.dial_ok", 0) for s in (sa, sb)),
+        }
+        (tmp_path / "symmetric-nat-figures.json").write_text(json.dumps(figures, indent=1))
+        print("symmetric NAT figures:", json.dumps(figures))
         for p in procs:
             assert p.stop() == 0, p.log.read_text()[-3000:]
     finally:

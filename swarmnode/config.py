@@ -260,6 +260,13 @@ class RelayConfig(_Section):
         description="Serving: slots the peers of one IPv4 address (or IPv6 /64) may hold "
         "at once, so that one host's many identities cannot take every slot.",
     )
+    max_reservations_per_subnet: int = Field(
+        16,
+        ge=1,
+        le=100_000,
+        description="Serving: slots the peers of one IPv4 /24 (or IPv6 /48) may hold at "
+        "once, so that one holder of many addresses cannot take every slot.",
+    )
     max_circuits_per_peer: int = Field(
         16, ge=1, le=1024, description="Serving: relayed connections to one peer at once."
     )

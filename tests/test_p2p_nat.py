@@ -165,6 +165,7 @@ def test_relay_config() -> None:
     with pytest.raises(ConfigError, match=r"swarm\.relay\.max_circuit_s"):
         parse_config({"swarm": {"relay": {"max_circuit_s": 1}}})
     assert parse_config(base).swarm.relay.max_reservations_per_ip == 4
+    assert parse_config(base).swarm.relay.max_reservations_per_subnet == 16
     with pytest.raises(ConfigError, match=r"swarm\.relay\.max_reservations_per_ip"):
         parse_config({"swarm": {"relay": {"max_reservations_per_ip": 0}}})
 
@@ -242,10 +243,22 @@ def test_is_relayed_is_kept_once_the_transport_info_is_set() -> None:
     assert not autonat.is_relayed(None)
 
 
-def _reserve_as_strangers(relay_addr: str, named: ID) -> list[int]:
+def _dial_from(host: Any, ip: str) -> None:
+    """Make a plain py-libp2p host's TCP dials leave from ``ip`` (a loopback address
+    other than 127.0.0.1), as py-libp2p's hole punch binds its source."""
+    for transport in host.get_network().transport_manager.get_transports():
+        with_source = getattr(transport, "dial_with_source", None)
+        if with_source is not None:
+            transport.dial = lambda maddr, dial=with_source: dial(maddr, (ip, 0))
+
+
+def _reserve_as_strangers(
+    relay_addr: str, named: ID | None, sources: list[str] | None = None
+) -> list[int]:
     """Four plain py-libp2p hosts (no swarmnode) on loopback RESERVE a slot on the relay
     in turn, the first naming ``named`` in its RESERVE instead of itself; then the
-    first leaves and the last asks again. The STATUS each answer carried, in order."""
+    first leaves and the last asks again. The STATUS each answer carried, in order.
+    With ``sources``, host i dials from ``sources[i]``."""
     import contextlib
 
     from libp2p import new_host
@@ -270,6 +283,8 @@ def _reserve_as_strangers(relay_addr: str, named: ID) -> list[int]:
 
     async def main() -> None:
         hosts = [new_host(listen_addrs=[loopback]) for _ in range(4)]
+        for h, ip in zip(hosts, sources or [], strict=False):
+            _dial_from(h, ip)
         async with contextlib.AsyncExitStack() as stack:
             for h in hosts:
                 await stack.enter_async_context(h.run(listen_addrs=[loopback]))
@@ -310,6 +325,42 @@ def test_one_address_cannot_take_every_relay_slot(tmp_path: Path) -> None:
             await wait_for(
                 lambda: relay.stats()["nat"]["relay_reservations_served"] == 0, "strangers gone"
             )
+        finally:
+            await relay.stop()
+
+    asyncio.run(main())
+
+
+def test_one_subnet_cannot_take_every_relay_slot(tmp_path: Path) -> None:
+    """Strangers from four addresses of one /24 (127.0.0.2-5, each under the per-address
+    cap) get at most ``max_reservations_per_subnet`` live slots between them; the
+    relay sees each one's own address (checked), so the per-address cap is not what
+    refuses them."""
+    from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
+
+    sources = ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"]
+
+    async def main() -> None:
+        relay = GossipTransport(
+            swarm_cfg(
+                name="relays",
+                relay={
+                    "serve": True,
+                    "max_reservations_per_ip": 2,
+                    "max_reservations_per_subnet": 2,
+                },
+            ),
+            tmp_path / "r",
+        )
+        await relay.start()
+        try:
+            addr = relay.info.listen_addrs[0]  # type: ignore[union-attr]
+            statuses = await asyncio.to_thread(_reserve_as_strangers, addr, None, sources)
+            ok, full = int(StatusCode.OK), int(StatusCode.RESOURCE_LIMIT_EXCEEDED)
+            assert statuses == [ok, ok, full, full, ok], statuses  # two a /24
+            counters = relay.stats()["counters"]
+            assert counters.get("relay.serve_refused_subnet") == 2, counters
+            assert counters.get("relay.serve_refused_ip", 0) == 0, counters
         finally:
             await relay.stop()
 

@@ -195,6 +195,7 @@ class NatTraversal:
                 allow_hop=rc.serve,
                 counters=self.counters,
                 max_per_ip=rc.max_reservations_per_ip,
+                max_per_subnet=rc.max_reservations_per_subnet,
             )
             await stack.enter_async_context(contained_service(self.protocol, guard))
         if self.relaying and rc.hole_punch:

@@ -1,5 +1,5 @@
 """The relay service: py-libp2p's circuit relay v2 (HOP/STOP) with its own byte pump
-and slots shared out by source address.
+and slots shared out by source address and subnet.
 
 Role: ``CircuitV2Protocol`` answers RESERVE and CONNECT on the standard
 ``/libp2p/circuit/relay/0.2.0/hop`` id and accepts circuits on ``/stop``; the
@@ -14,8 +14,10 @@ RESERVE is always for the peer on the connection (the spec's RESERVE names no
 peer), slots whose holder is gone are freed before a new one is granted (the spec:
 a reservation lives only as long as its connection), and one source address (an
 IPv4 address, an IPv6 /64) holds at most ``relay.max_reservations_per_ip`` live
-slots; past that the RESERVE is answered RESOURCE_LIMIT_EXCEEDED and counted
-(``relay.serve_refused_ip``).
+slots and one subnet (an IPv4 /24, an IPv6 /48: one site, one holder of addresses)
+at most ``relay.max_reservations_per_subnet``; past either the RESERVE is answered
+RESOURCE_LIMIT_EXCEEDED and counted (``relay.serve_refused_ip`` /
+``relay.serve_refused_subnet``).
 
 Why: py-libp2p registers circuits by peer id, so a second circuit with the same
 peer (two peers reaching one NATed peer, or two peers dialling each other at once)
@@ -30,9 +32,9 @@ Invariants:
 - A circuit ends at its deadline (``relay.max_circuit_s``) even when idle, and when
   its byte budget (``relay.max_circuit_mib``, shared by both directions) is spent;
   a write the receiving peer does not take within ``WRITE_TIMEOUT_S`` ends it too.
-- Live slots per source address <= ``max_per_ip``; a refresh of a slot its peer
-  already holds is never refused. ``_source_of`` holds only peers with a slot in
-  py-libp2p's table (bounded by ``relay.max_reservations``).
+- Live slots per source address <= ``max_per_ip``, per subnet <= ``max_per_subnet``;
+  a refresh of a slot its peer already holds is never refused. ``_source_of`` holds
+  only peers with a slot in py-libp2p's table (bounded by ``relay.max_reservations``).
 """
 
 from __future__ import annotations
@@ -57,6 +59,7 @@ log = logging.getLogger("swarmnode.p2p")
 WRITE_TIMEOUT_S = 60.0  # a receiver that reads nothing for this long is gone
 REPLY_TIMEOUT_S = 5.0  # a refusal's STATUS the peer does not take in this long is dropped
 MAX_PER_IP = 4  # live slots one source address may hold (relay.max_reservations_per_ip)
+MAX_PER_SUBNET = 16  # ... one /24 or IPv6 /48 (relay.max_reservations_per_subnet)
 _CHUNK = 65535
 
 
@@ -75,6 +78,13 @@ def source_of(stream: Any) -> str | None:
     return None if ip is None else str(ip)
 
 
+def subnet_of(source: str) -> str:
+    """The subnet a ``source_of`` address belongs to: an IPv4 /24, an IPv6 /48."""
+    if "/" in source:  # an IPv6 /64
+        return str(ipaddress.IPv6Network(source).supernet(new_prefix=48))
+    return str(ipaddress.IPv4Network((source, 24), strict=False))
+
+
 class RelayService(CircuitV2Protocol):
     """``CircuitV2Protocol`` whose circuits cannot close each other and whose slots no
     single source address can take (module docstring)."""
@@ -84,12 +94,14 @@ class RelayService(CircuitV2Protocol):
         *args: Any,
         counters: Counters | None = None,
         max_per_ip: int = MAX_PER_IP,
+        max_per_subnet: int = MAX_PER_SUBNET,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
         self.live_legs = 0  # two per circuit being relayed
         self.counters = counters if counters is not None else Counters()
         self.max_per_ip = max_per_ip
+        self.max_per_subnet = max_per_subnet
         self._source_of: dict[ID, str] = {}  # slot holder -> its source address
 
     def _free_departed(self) -> None:
@@ -108,10 +120,21 @@ class RelayService(CircuitV2Protocol):
         self._free_departed()
         source = source_of(stream)
         if source is not None and self.resource_manager.get_reservation(peer) is None:
-            held = sum(1 for p, s in self._source_of.items() if s == source and p != peer)
+            others = [s for p, s in self._source_of.items() if p != peer]
+            held = sum(1 for s in others if s == source)
+            subnet = subnet_of(source)
+            in_subnet = sum(1 for s in others if subnet_of(s) == subnet)
+            why = None
             if held >= self.max_per_ip:
-                self.counters.add("relay.serve_refused_ip")
-                log.debug("relay slot refused to %s: %s holds %d", peer, source, held)
+                why = "ip"
+            elif in_subnet >= self.max_per_subnet:
+                why = "subnet"
+            if why is not None:
+                self.counters.add(f"relay.serve_refused_{why}")
+                log.debug(
+                    "relay slot refused to %s: %s holds %d, %s %d", peer, source, held, subnet,
+                    in_subnet,
+                )  # fmt: skip
                 refusal = HopMessage(
                     type=HopMessage.STATUS,
                     status=to_proto_status(StatusCode.RESOURCE_LIMIT_EXCEEDED),

@@ -479,6 +479,13 @@ class SwarmConfig(_Section):
     bootstrap_backoff_max_s: float = Field(
         60.0, gt=0, le=3600, description="Longest wait between dials to an unreachable bootstrap."
     )
+    redial_backoff_max_s: float = Field(
+        30.0,
+        gt=0,
+        le=3600,
+        description="Longest wait between dials to a peer this node was connected to in the "
+        "last hour (a cut path, a restart); other peers that fail dials wait up to 300 s.",
+    )
     discovery_interval_s: float = Field(
         5.0,
         gt=0,

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,51 @@ def test_a_candidate_whose_addresses_expired_meanwhile_is_skipped() -> None:
     trio.run(discovery._dial_candidates, set())
     assert sorted(host.dialled, key=str) == sorted(peers[1:], key=str)
     assert counters.snapshot()["dial.addrs_expired"] == 1
+
+
+def test_a_peer_known_before_is_redialled_soon_after_it_comes_back(tmp_path: Path) -> None:
+    """A peer the node was connected to goes away long enough that plain doubling
+    (2, 4, 8, 16, 32 s...) would wait half a minute, then comes back, on the same
+    address and identity, knowing nobody: only the node can dial it. Its redials are
+    capped at ``redial_backoff_max_s`` and py-libp2p's own 60 s refusal to redial a
+    peer whose addresses failed is lifted before each, so the node finds it again
+    within the cap (the code before: within its doubled backoff, or 60 s)."""
+    cap = 2.0
+
+    async def main() -> None:
+        port = free_port()
+        a = GossipTransport(swarm_cfg(redial_backoff_max_s=cap, dial_timeout_s=2.0), tmp_path / "a")
+        await a.start()
+        b: GossipTransport | None = None
+        try:
+            a_addr = a.info.listen_addrs[0]  # type: ignore[union-attr]
+            b_listen = [f"/ip4/127.0.0.1/tcp/{port}"]
+            b = GossipTransport(swarm_cfg(listen=b_listen, bootstrap=[a_addr]), tmp_path / "b")
+            await b.start()
+            b_id = b.info.peer_id  # type: ignore[union-attr]
+            await wait_for(lambda: b_id in a.stats()["connected_peers"], "A and B connected")
+            await b.stop()
+            # Away for five failed redials: doubling would now wait 32 s.
+            await wait_for(
+                lambda: a.stats()["counters"].get("peer_dial_failed", 0) >= 5,
+                "A's redials to B to fail five times",
+                timeout=90,
+            )
+            b = GossipTransport(swarm_cfg(listen=b_listen), tmp_path / "b")  # knows nobody
+            await b.start()
+            assert b.info.peer_id == b_id  # same identity, same address
+            back = time.monotonic()
+            await wait_for(
+                lambda: b_id in a.stats()["connected_peers"],
+                "A to redial B",
+                timeout=cap + 8.0,  # the cap, a discovery tick, a dial; doubling: 32 s
+            )
+            print(f"redialled {time.monotonic() - back:.1f} s after B came back")
+            assert not b.stats()["counters"].get("bootstrap_dial_ok")  # A dialled, not B
+            assert a.stats()["counters"].get("dial.redial_capped", 0) >= 5
+        finally:
+            if b is not None and b.running:
+                await b.stop()
+            await a.stop()
+
+    asyncio.run(main())

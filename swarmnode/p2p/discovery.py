@@ -14,9 +14,12 @@ Invariants:
   ``bootstrap_backoff_max_s``, and never stalls anything else.
 - DHT lookups back off while they learn nothing (``lookup_pacer``); dialling the
   candidates already known is not delayed.
-- A peer that fails a dial waits before the next one (doubling, at most 300 s); that
-  memory is bounded (4,096 peers, the stalest forgotten first). Blacklisted
-  (graylisted) peers are never dialled.
+- A peer that fails a dial waits before the next one (doubling, at most 300 s); a
+  peer the node was connected to in the last hour (``KNOWN_FOR_S``) waits at most
+  ``redial_backoff_max_s`` (30 s): after a long cut, or a peer's restart, the two
+  find each other again within that, also where no bootstrap or gossip crosses
+  between them (an mDNS-only LAN). Both memories are bounded (4,096 peers, the
+  stalest forgotten first). Blacklisted (graylisted) peers are never dialled.
 - A peer without direct addresses, or whose direct dial fails, is dialled through a
   relay it advertises (``nat.NatTraversal``).
 - The node never dials itself: not its own peer ID (a bootstrap list that names the
@@ -55,6 +58,7 @@ from swarmnode.share.inbox import Counters
 log = logging.getLogger("swarmnode.p2p")
 
 MAX_DIAL_BACKOFF_S = 300.0
+KNOWN_FOR_S = 3600.0  # a peer connected this recently is redialled within redial_backoff_max_s
 _BACKOFF_KEEP = 4096
 
 
@@ -80,6 +84,7 @@ class Discovery:
         self.host: Any = None
         self.dht: KadDHT | None = None
         self._dial_backoff: dict[ID, tuple[float, float]] = {}  # peer -> (next try, delay)
+        self._last_connected: dict[ID, float] = {}  # peer -> when a tick last saw it connected
 
     def attach(self, host: Any, dht: KadDHT | None) -> None:
         self.host, self.dht = host, dht
@@ -120,12 +125,7 @@ class Discovery:
                 delay = 1.0
                 await trio.sleep(self.cfg.discovery_interval_s)
                 continue
-            # py-libp2p refuses to redial a peer whose addresses all failed recently (a
-            # negative cache of tens of seconds); for a configured bootstrap peer our own
-            # capped backoff paces the dials, so a restarted bootstrap is found at once.
-            unblock = getattr(self.host.get_network(), "unblock_peer", None)
-            if unblock is not None:
-                unblock(info.peer_id)
+            self._unblock(info.peer_id)
             if await self.dial(info, "bootstrap_dial"):
                 delay = 1.0
                 continue
@@ -133,12 +133,21 @@ class Discovery:
             await trio.sleep(delay * random.uniform(0.8, 1.2))
             delay = min(delay * 2, self.cfg.bootstrap_backoff_max_s)
 
+    def _unblock(self, peer: ID) -> None:
+        """py-libp2p refuses to redial a peer whose addresses all failed in the last
+        60 s (its negative cache). Our own capped backoff paces our dials, so before
+        each we lift that refusal: a restarted peer is found when our backoff says."""
+        unblock = getattr(self.host.get_network(), "unblock_peer", None)
+        if unblock is not None:
+            unblock(peer)
+
     async def run(self) -> None:
         """Learn peers (DHT lookups; PX and mDNS fill the peerstore) and dial them."""
         while True:
             await trio.sleep(self.cfg.discovery_interval_s)
             self.on_tick()
             connected = set(self.host.get_connected_peers())
+            self._saw_connected(connected)
             if len(connected) >= self.cfg.target_peers:
                 continue
             if (
@@ -189,19 +198,43 @@ class Discovery:
             if await self._dial_peer(peer, addrs):
                 self._dial_backoff.pop(peer, None)
             else:
-                delay = min(self._dial_backoff.get(peer, (0.0, 1.0))[1] * 2, MAX_DIAL_BACKOFF_S)
-                self._dial_backoff[peer] = (trio.current_time() + delay, delay)
-        if len(self._dial_backoff) > _BACKOFF_KEEP:  # forget the stalest; bounded memory
-            stalest = sorted(self._dial_backoff, key=lambda p: self._dial_backoff[p][0])
-            for peer in stalest[: _BACKOFF_KEEP // 2]:
-                del self._dial_backoff[peer]
+                self._back_off(peer)
+        _forget_stalest(self._dial_backoff, lambda v: v[0])
+
+    def _saw_connected(self, connected: set[ID]) -> None:
+        now = trio.current_time()
+        for peer in connected:
+            self._last_connected[peer] = now
+        _forget_stalest(self._last_connected, lambda t: t)
+
+    def _back_off(self, peer: ID) -> None:
+        """After a failed dial: double the peer's wait, up to its cap (docstring)."""
+        now = trio.current_time()
+        seen = self._last_connected.get(peer)
+        known = seen is not None and now - seen < KNOWN_FOR_S
+        cap = MAX_DIAL_BACKOFF_S
+        if known:
+            cap = min(self.cfg.redial_backoff_max_s, MAX_DIAL_BACKOFF_S)
+        delay = min(self._dial_backoff.get(peer, (0.0, 1.0))[1] * 2, cap)
+        self._dial_backoff[peer] = (now + delay, delay)
+        if known and delay == cap < MAX_DIAL_BACKOFF_S:
+            self.counters.add("dial.redial_capped")  # a known peer, redialled sooner
 
     async def _dial_peer(self, peer: ID, addrs: list[multiaddr.Multiaddr]) -> bool:
         """Directly if it has direct addresses, else (or if that fails) through a relay."""
         direct = [a for a in addrs if "/p2p-circuit" not in str(a)]
+        if direct:
+            self._unblock(peer)
         if direct and await self.dial(PeerInfo(peer, direct), "peer_dial"):
             return True
         return len(direct) < len(addrs) and await self.nat.dial_relayed(peer, addrs)
+
+
+def _forget_stalest(memory: dict[ID, Any], when: Callable[[Any], float]) -> None:
+    """Past ``_BACKOFF_KEEP`` entries, drop the stalest half: bounded memory."""
+    if len(memory) > _BACKOFF_KEEP:
+        for peer in sorted(memory, key=lambda p: when(memory[p]))[: _BACKOFF_KEEP // 2]:
+            del memory[peer]
 
 
 def own_addrs(host: Any, configured: list[str]) -> set[str]:

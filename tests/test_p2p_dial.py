@@ -126,6 +126,9 @@ class _DialHost:
     def get_peerstore(self) -> _ExpiringStore:
         return self.store
 
+    def get_network(self) -> _DialHost:
+        return self  # no unblock_peer: nothing to lift
+
     async def connect(self, info: PeerInfo) -> None:
         self.dialled.append(info.peer_id)
 

@@ -205,6 +205,16 @@ class Proc:
         return self.proc.wait(timeout=60)
 
 
+def kill_live() -> None:
+    """A test's teardown: kill every node process it started that still runs (each
+    ``Proc`` is in ``LIVE``), then forget them all."""
+    for p in LIVE:
+        if p.proc.poll() is None:
+            p.proc.kill()
+            p.proc.wait(timeout=30)
+    LIVE.clear()
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -41,7 +41,15 @@ import yaml
 from swarmnode.learn.checkpoint import Checkpointer
 from swarmnode.learn.metrics import RoundRecord
 from swarmnode.p2p.identity import identity_path, load_or_create_identity, peer_id_of
-from tests.helpers import LIVE, Proc, dump_stacks, free_port, node_config, wait_until, write_config
+from tests.helpers import (
+    Proc,
+    dump_stacks,
+    free_port,
+    kill_live,
+    node_config,
+    wait_until,
+    write_config,
+)
 
 SEED = 11  # the kill schedule's seed: the same victims, gaps and downtimes every run
 KILLS = 6
@@ -168,11 +176,7 @@ def test_swarm_survives_random_sigkills_and_restarts(tiny_model_dir: Path, tmp_p
             assert swarm["counters"].get("peers_unresponsive", 0) == 0, (m.name, swarm)
             assert m.proc.stop() == 0, m.proc.log.read_text()[-3000:]
     finally:
-        for m in members:
-            if m.proc.proc.poll() is None:
-                m.proc.proc.kill()
-                m.proc.proc.wait(timeout=30)
-        LIVE.clear()
+        kill_live()
     _check_survivors(kills, trainers)
     _report(kills)
 

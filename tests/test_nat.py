@@ -37,6 +37,7 @@ figures are written to ``nat-figures.json`` in the test's tmp dir and printed.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -48,7 +49,7 @@ import yaml
 from libp2p.relay.circuit_v2.dcutr import MAX_HOLE_PUNCH_ATTEMPTS
 
 from swarmnode.learn.metrics import read_rounds
-from tests.helpers import LIVE, Proc, cli, node_config, wait_until, write_config
+from tests.helpers import Proc, cli, kill_live, node_config, wait_until, write_config
 from tests.netns import PUBLIC_NET, NatLab, unavailable
 
 PORT = 4001
@@ -96,29 +97,44 @@ def _first_from(p: Proc, peer: str) -> float | None:
     return None
 
 
+@contextlib.contextmanager
+def _relay_and_sites(
+    lab: NatLab, model: Path, tmp: Path
+) -> Iterator[tuple[Proc, Proc, Proc, float]]:
+    """A relay in ``pub`` (another swarm: it carries none of their gossip) and trainers
+    A and B behind the two routers, up and listening, and when A and B were started;
+    all killed at the end."""
+    relay_cfg = _config(
+        tmp, "relay", model, f"{PUBLIC_NET}.1", None, name="relays", relay={"serve": True}
+    )
+    try:
+        relay = Proc(relay_cfg, tmp / "relay", prefix=lab.prefix_cmd("pub"))
+        relay_addr = relay.addr()
+        started = time.time()
+        a, b = (
+            Proc(
+                _config(tmp, site.lower(), model, lab.host_ip(site), relay_addr),
+                tmp / site.lower(),
+                prefix=lab.prefix_cmd(f"nat{site}"),
+            )
+            for site in ("A", "B")
+        )
+        wait_until(lambda: all(p.swarm().get("listen_addrs") for p in (a, b)), "A and B up")
+        yield relay, a, b, started
+    finally:
+        kill_live()
+
+
 @pytest.mark.slow
 def test_two_nodes_behind_nat_share_through_relay_then_punch(
     lab: NatLab, tiny_model_dir: Path, tmp_path: Path
 ) -> None:
     relay_ip = f"{PUBLIC_NET}.1"
-    relay_cfg = _config(
-        tmp_path, "relay", tiny_model_dir, relay_ip, None, name="relays", relay={"serve": True}
-    )
-    procs: list[Proc] = []
-    try:
-        relay = Proc(relay_cfg, tmp_path / "relay", prefix=lab.prefix_cmd("pub"))
-        procs.append(relay)
+    with _relay_and_sites(lab, tiny_model_dir, tmp_path) as (relay, a, b, started):
         relay_addr = relay.addr()
         assert relay_addr.startswith(f"/ip4/{relay_ip}/tcp/{PORT}/p2p/")
         relay_id = relay_addr.rsplit("/", 1)[-1]
-        nodes = {}
-        started = time.time()
-        for site in ("A", "B"):
-            cfg = _config(tmp_path, site.lower(), tiny_model_dir, lab.host_ip(site), relay_addr)
-            nodes[site] = Proc(cfg, tmp_path / site.lower(), prefix=lab.prefix_cmd(f"nat{site}"))
-        procs += nodes.values()
-        a, b = nodes["A"], nodes["B"]
-        wait_until(lambda: all(p.swarm().get("listen_addrs") for p in (a, b)), "A and B up")
+        procs = [relay, a, b]
         ida, idb = str(a.swarm()["peer_id"]), str(b.swarm()["peer_id"])
 
         # The NATs hold: the relay is reachable, the other site is not, either way.
@@ -185,12 +201,6 @@ def test_two_nodes_behind_nat_share_through_relay_then_punch(
         print("NAT figures:", json.dumps(figures))
         for p in procs:
             assert p.stop() == 0, p.log.read_text()[-3000:]
-    finally:
-        for p in procs:
-            if p.proc.poll() is None:
-                p.proc.kill()
-                p.proc.wait(timeout=30)
-        LIVE.clear()
 
 
 SYMMETRIC_KEEP_S = 90.0  # how long the relayed exchange is watched after punching gave up
@@ -210,23 +220,8 @@ def test_symmetric_nats_stay_relayed_and_keep_exchanging(
     for site in ("A", "B"):
         first, second = lab.mapped_ports(site)
         assert first != second, (site, first, second)
-    relay_ip = f"{PUBLIC_NET}.1"
-    relay_cfg = _config(
-        tmp_path, "relay", tiny_model_dir, relay_ip, None, name="relays", relay={"serve": True}
-    )
-    procs: list[Proc] = []
-    try:
-        relay = Proc(relay_cfg, tmp_path / "relay", prefix=lab.prefix_cmd("pub"))
-        procs.append(relay)
-        relay_addr = relay.addr()
-        nodes = {}
-        started = time.time()
-        for site in ("A", "B"):
-            cfg = _config(tmp_path, site.lower(), tiny_model_dir, lab.host_ip(site), relay_addr)
-            nodes[site] = Proc(cfg, tmp_path / site.lower(), prefix=lab.prefix_cmd(f"nat{site}"))
-        procs += nodes.values()
-        a, b = nodes["A"], nodes["B"]
-        wait_until(lambda: all(p.swarm().get("listen_addrs") for p in (a, b)), "A and B up")
+    with _relay_and_sites(lab, tiny_model_dir, tmp_path) as (relay, a, b, started):
+        procs = [relay, a, b]
         ida, idb = str(a.swarm()["peer_id"]), str(b.swarm()["peer_id"])
 
         def trained_on_each_other() -> bool:
@@ -263,9 +258,3 @@ def test_symmetric_nats_stay_relayed_and_keep_exchanging(
         print("symmetric NAT figures:", json.dumps(figures))
         for p in procs:
             assert p.stop() == 0, p.log.read_text()[-3000:]
-    finally:
-        for p in procs:
-            if p.proc.poll() is None:
-                p.proc.kill()
-                p.proc.wait(timeout=30)
-        LIVE.clear()

@@ -45,7 +45,7 @@ import pytest
 import yaml
 
 from swarmnode.p2p.identity import identity_path, load_or_create_identity, peer_id_of
-from tests.helpers import LIVE, Proc, node_config, wait_until, write_config
+from tests.helpers import Proc, kill_live, node_config, wait_until, write_config
 
 CUT_S = 60.0
 GRACE_S = 5.0  # groups that had arrived before the cut may still be verified meanwhile
@@ -220,11 +220,7 @@ def test_halves_train_alone_during_a_cut_and_exchange_again_after_heal(
         for p in procs.values():
             assert p.stop() == 0, p.log.read_text()[-3000:]
     finally:
-        for p in procs.values():
-            if p.proc.poll() is None:
-                p.proc.kill()
-                p.proc.wait(timeout=30)
-        LIVE.clear()
+        kill_live()
     times = sorted(flowing.values())
     print(
         f"partition: cut {CUT_S:.0f} s; rounds during the cut {during}; the other half "

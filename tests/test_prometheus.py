@@ -43,11 +43,11 @@ from swarmnode.ops.monitor import MonitorServer
 from swarmnode.share.memory_transport import MemoryNetwork
 from swarmnode.share.wire import encode_batch
 from tests.helpers import (
-    LIVE,
     REPO,
     Proc,
     batch,
     free_port,
+    kill_live,
     make_group,
     node_config,
     raw_peer,
@@ -357,10 +357,7 @@ def test_prometheus_scrapes_a_running_node(
             except subprocess.TimeoutExpired:
                 prom.kill()
                 prom.wait(timeout=30)
-        if node.proc.poll() is None:
-            node.proc.kill()
-            node.proc.wait(timeout=30)
-        LIVE.clear()
+        kill_live()
     print("prometheus read back:", json.dumps(seen, sort_keys=True))
     swarmnode_series = [s for s in seen["series"] if s.startswith("swarmnode_")]
     assert "swarmnode_resident_memory_bytes" in swarmnode_series and "up" in seen["series"]

@@ -22,11 +22,11 @@ from swarmnode.learn.tasks import ref_config, regenerate
 from swarmnode.share import wire
 from swarmnode.share.wire import encode_batch
 from tests.helpers import (
-    LIVE,
     Proc,
     batch,
     cli,
     free_port,
+    kill_live,
     node_config,
     raw_peer,
     tiny_config,
@@ -110,11 +110,7 @@ def test_three_nodes_share_survive_bootstrap_loss_and_keep_ids(
         for p in (b, c, intruder, a2):
             assert p.stop() == 0, p.log.read_text()[-3000:]
     finally:
-        for p in procs:
-            if p.proc.poll() is None:
-                p.proc.kill()
-                p.proc.wait(timeout=30)
-        LIVE.clear()
+        kill_live()
 
 
 def _good_group(data_dir_cfg: dict[str, Any]) -> RolloutGroup:
@@ -163,7 +159,4 @@ def test_hostile_messages_to_a_running_node(tiny_model_dir: Path, tmp_path: Path
             assert f"{reason}=1" in text
         assert n.stop() == 0, n.log.read_text()[-3000:]
     finally:
-        if n.proc.poll() is None:
-            n.proc.kill()
-            n.proc.wait(timeout=30)
-        LIVE.clear()
+        kill_live()

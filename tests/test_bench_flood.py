@@ -60,3 +60,28 @@ def test_the_collectors_cost_is_given_per_round_and_generation() -> None:
         "trainer_cpu_s": [0.05, 0.0, 0.1],
     }
     assert gc_per_round({}, gc1, 1) == {}  # a node that does not report them
+
+
+def test_a_run_without_calm_says_it_has_no_ratios() -> None:
+    """A profiling run of one flood phase printed its phase, then died in the summary
+    (KeyError 'calm'), where its last line belongs."""
+    line = summary({"5sybil_under0": _phase([1.1] * 10)})
+    assert line == "no ratios: no calm phase ran (phases: 5sybil_under)"
+
+
+def test_an_unknown_phase_is_a_one_line_error(capsys: Any) -> None:
+    import sys
+
+    import pytest
+
+    from swarmnode.lab import bench_flood
+
+    argv = sys.argv
+    sys.argv = ["bench_flood", "--phases", "calm,5sybils"]
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            bench_flood.main()
+    finally:
+        sys.argv = argv
+    assert exit_.value.code == 2
+    assert "--phases: no phase 5sybils (known: calm," in capsys.readouterr().err

@@ -257,10 +257,13 @@ def added_ms_per_msg(calm_rs: list[dict[str, Any]], rs: list[dict[str, Any]]) ->
 
 def summary(res: dict[str, dict[str, Any]]) -> str:
     """The last line: every phase kind's figures, pooled over the cycles (``calm0``,
-    ``calm1``, ... together), ratios against calm first."""
+    ``calm1``, ... together), ratios against calm first. Without a calm phase (a
+    profiling run of one flood, say) there are no ratios, and the line says so."""
     kinds: dict[str, list[dict[str, Any]]] = {}
     for key, r in res.items():
         kinds.setdefault(key.rstrip("0123456789"), []).append(r)
+    if "calm" not in kinds:
+        return f"no ratios: no calm phase ran (phases: {','.join(kinds) or 'none'})"
 
     def pooled(rs: list[dict[str, Any]], field: str) -> int | str:
         """The field's sum over the cycles; "?" where a cycle's is unknown (None)."""
@@ -388,7 +391,7 @@ def main() -> None:
         "--phases",
         default=",".join(p[0] for p in PHASES),
         help="the phases a cycle runs, comma-separated, in this order: calm,5idle,1peer,5sybil,"
-        "5sybil_under (default: all; the ratios need calm)",
+        "5sybil_under (default: all; without calm there are no ratios)",
     )
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
@@ -423,6 +426,10 @@ def main() -> None:
     )
     ap.add_argument("--under-groups", type=int, default=6, help="5sybil_under: groups per message")
     args = ap.parse_args()
+    unknown = set(args.phases.split(",")) - {p[0] for p in PHASES}
+    if unknown:
+        known = ", ".join(p[0] for p in PHASES)
+        ap.error(f"--phases: no phase {', '.join(sorted(unknown))} (known: {known})")
     sys.exit(asyncio.run(amain(args)))
 
 

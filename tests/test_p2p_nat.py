@@ -365,3 +365,98 @@ def test_one_subnet_cannot_take_every_relay_slot(tmp_path: Path) -> None:
             await relay.stop()
 
     asyncio.run(main())
+
+
+def _strangers_then_a_member(relay_addr: str, accepted: Any) -> tuple[list[int], list[ID]]:
+    """Plain py-libp2p hosts (no swarmnode) from 127.0.0.2-5: three strangers RESERVE
+    in turn; then a fourth host RESERVEs, publishes one valid batch on the swarm topic,
+    waits until ``accepted()`` (the relay took it), and RESERVEs again; then the third
+    stranger asks again. The STATUS of each answer, in order, and the hosts' ids."""
+    import contextlib
+
+    from libp2p import new_host
+    from libp2p.peer.peerinfo import info_from_p2p_addr
+    from libp2p.pubsub.gossipsub import GossipSub
+    from libp2p.pubsub.pubsub import Pubsub
+    from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
+    from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID
+    from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
+    from libp2p.tools.anyio_service import background_trio_service
+
+    from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
+
+    info = info_from_p2p_addr(multiaddr.Multiaddr(relay_addr))
+    loopback = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
+    topic = topic_for("default")
+    statuses: list[int] = []
+
+    async def reserve(host: Any) -> None:
+        with trio.fail_after(20):
+            stream = await host.new_stream(info.peer_id, [PROTOCOL_ID])
+            await write_delimited_msg(stream, HopMessage(type=HopMessage.RESERVE))
+            statuses.append(int((await read_delimited_msg(stream, HopMessage)).status))
+            await stream.close()
+
+    hosts = [new_host(listen_addrs=[loopback]) for _ in range(4)]
+    for h, ip in zip(hosts, ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"], strict=True):
+        _dial_from(h, ip)
+    member = hosts[3]
+    gossipsub = GossipSub(list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1)
+    pubsub = Pubsub(member, gossipsub, strict_signing=True)
+
+    async def main() -> None:
+        async with contextlib.AsyncExitStack() as stack:
+            for h in hosts:
+                await stack.enter_async_context(h.run(listen_addrs=[loopback]))
+            await stack.enter_async_context(background_trio_service(pubsub))
+            await stack.enter_async_context(background_trio_service(gossipsub))
+            await pubsub.wait_until_ready()
+            await pubsub.subscribe(topic)
+            for h in hosts:
+                with trio.fail_after(20):
+                    await h.connect(info)
+            for h in hosts:  # three strangers, then the member before it has spoken
+                await reserve(h)
+            with trio.fail_after(20):
+                while info.peer_id not in gossipsub.mesh.get(topic, set()):
+                    await trio.sleep(0.05)
+                await pubsub.publish(topic, batch(1))
+                while not accepted():
+                    await trio.sleep(0.05)
+            await reserve(member)
+            await reserve(hosts[2])
+
+    trio.run(main)
+    return statuses, [h.get_id() for h in hosts]
+
+
+def test_a_members_reserve_takes_the_newest_strangers_slot(tmp_path: Path) -> None:
+    """Strangers spread over addresses pass the per-address and per-subnet caps and
+    fill every slot (two here). A peer whose batch the relay accepted is a member: its
+    RESERVE frees the newest stranger's slot; before its batch it was refused like a
+    stranger, and a stranger never evicts. The code before refused the member."""
+    from libp2p.relay.circuit_v2.protocol_buffer import StatusCode
+
+    async def main() -> None:
+        relay = GossipTransport(
+            swarm_cfg(relay={"serve": True, "max_reservations": 2}), tmp_path / "r"
+        )
+        await relay.start()
+        try:
+            addr = relay.info.listen_addrs[0]  # type: ignore[union-attr]
+
+            def accepted() -> bool:
+                return relay.stats()["counters"].get("msgs_in", 0) >= 1
+
+            statuses, ids = await asyncio.to_thread(_strangers_then_a_member, addr, accepted)
+            ok, full = int(StatusCode.OK), int(StatusCode.RESOURCE_LIMIT_EXCEEDED)
+            # strangers 1, 2, 3; the member before its batch; after it; stranger 3 again
+            assert statuses == [ok, ok, full, full, ok, full], statuses
+            counters = relay.stats()["counters"]
+            assert counters.get("relay.serve_evicted") == 1, counters
+            booked = relay._host.nat.protocol.resource_manager._reservations  # type: ignore[union-attr]
+            assert set(booked) == {ids[0], ids[3]}  # the newest stranger's slot went
+        finally:
+            await relay.stop()
+
+    asyncio.run(main())

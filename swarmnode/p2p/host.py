@@ -79,7 +79,7 @@ from swarmnode.p2p.yamux_window import install as half_window_credit
 from swarmnode.p2p.yamux_write import install as whole_writes
 from swarmnode.share.inbox import Counters, Inbox
 from swarmnode.share.peerscore import PeerScores
-from swarmnode.share.ratelimit import PeerBuckets, quiet_network_logs
+from swarmnode.share.ratelimit import PeerBuckets, Tenure, quiet_network_logs
 from swarmnode.share.transport import Received
 from swarmnode.share.wire import MAX_GROUPS, MAX_MESSAGE_BYTES, Batch, WireError, decode_batch
 
@@ -135,6 +135,8 @@ class P2PHost:
         # id(msg) -> (msg, its decoded batch): from the validator to _deliver (the msg
         # is held, so its id is not reused while it is here); bounded
         self._decoded: OrderedDict[int, tuple[rpc_pb2.Message, Batch]] = OrderedDict()
+        # originators of a batch we accepted (bounded): members, to the relay's slots
+        self._authors = Tenure(0.0)
         self.topic = topic_for(cfg.name)
         self.stop_event = trio.Event()
         self._wake_send, self._wake_recv = trio.open_memory_channel[None](1)
@@ -211,6 +213,7 @@ class P2PHost:
         """Start, report ``HostInfo`` through ``task_status``, run until ``stop_event``."""
         host, pubsub, gossipsub = self._build()
         self.host, self.gossipsub = host, gossipsub
+        self.nat.is_member = self.is_member  # a relay's slots: members first
         listen = [multiaddr.Multiaddr(a) for a in self.cfg.listen]
         with trio.CancelScope() as outer:
             async with AsyncExitStack() as stack:
@@ -365,6 +368,11 @@ class P2PHost:
         while len(self._decoded) > 256:
             self._decoded.popitem(last=False)
 
+    def is_member(self, peer: ID) -> bool:
+        """Whether ``peer`` authored a batch this node accepted (decoded, for this
+        swarm): a swarm member, whose relay slot goes before a stranger's."""
+        return peer.to_base58() in self._authors
+
     def _deliver(self, msg: rpc_pb2.Message) -> None:
         """A validated message on our topic: straight into the bounded inbox."""
         origin = ID(msg.from_id)
@@ -372,6 +380,7 @@ class P2PHost:
             return  # our own publish, echoed to our own subscription
         self.counters.add("msgs_in")
         self.counters.add("bytes_in", len(msg.data))
+        self._authors.note(origin.to_base58())
         held = self._decoded.pop(id(msg), None)
         batch = held[1] if held is not None and held[0] is msg else None
         self.inbox.put(Received(origin.to_base58(), bytes(msg.data), time.time(), batch))

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from contextlib import AsyncExitStack
 from typing import Any
 
@@ -115,6 +116,9 @@ class NatTraversal:
         self.reach: Reachability | None = None
         self.protocol: RelayService | None = None
         self.dcutr: ListenerDrivenDCUtR | None = None
+        # serving: whether a peer is a swarm member (its slot goes before a stranger's);
+        # set by the host before ``start``
+        self.is_member: Callable[[ID], bool] | None = None
         self._bootstrap_ids: list[ID] = []
         for text in cfg.bootstrap:
             found = text.rsplit("/p2p/", 1)
@@ -196,6 +200,7 @@ class NatTraversal:
                 counters=self.counters,
                 max_per_ip=rc.max_reservations_per_ip,
                 max_per_subnet=rc.max_reservations_per_subnet,
+                is_member=self.is_member,
             )
             await stack.enter_async_context(contained_service(self.protocol, guard))
         if self.relaying and rc.hole_punch:

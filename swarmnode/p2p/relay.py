@@ -19,6 +19,14 @@ at most ``relay.max_reservations_per_subnet``; past either the RESERVE is answer
 RESOURCE_LIMIT_EXCEEDED and counted (``relay.serve_refused_ip`` /
 ``relay.serve_refused_subnet``).
 
+Members before strangers: a botnet spread over many subnets passes both caps and can
+still take every slot. So when every slot is taken, a RESERVE from a swarm member
+(``is_member``, the host's: a peer that authored a batch this node accepted) frees
+the newest slot a stranger holds, counted ``relay.serve_evicted``; the stranger's
+circuits already up are left alone, and its next refresh is refused while the slots
+are full. A stranger never evicts, nor does a member evict a member: among members,
+first come first served.
+
 Why: py-libp2p registers circuits by peer id, so a second circuit with the same
 peer (two peers reaching one NATed peer, or two peers dialling each other at once)
 overwrites the first one's entry, and when either circuit ends, its cleanup closes
@@ -35,6 +43,7 @@ Invariants:
 - Live slots per source address <= ``max_per_ip``, per subnet <= ``max_per_subnet``;
   a refresh of a slot its peer already holds is never refused. ``_source_of`` holds
   only peers with a slot in py-libp2p's table (bounded by ``relay.max_reservations``).
+- A member is refused a slot for want of room only when every slot is a member's.
 """
 
 from __future__ import annotations
@@ -43,6 +52,7 @@ import ipaddress
 import logging
 import math
 import time
+from collections.abc import Callable
 from typing import Any
 
 import trio
@@ -95,6 +105,7 @@ class RelayService(CircuitV2Protocol):
         counters: Counters | None = None,
         max_per_ip: int = MAX_PER_IP,
         max_per_subnet: int = MAX_PER_SUBNET,
+        is_member: Callable[[ID], bool] | None = None,
         **kwargs: Any,
     ) -> None:
         super().__init__(*args, **kwargs)
@@ -103,6 +114,7 @@ class RelayService(CircuitV2Protocol):
         self.max_per_ip = max_per_ip
         self.max_per_subnet = max_per_subnet
         self._source_of: dict[ID, str] = {}  # slot holder -> its source address
+        self.is_member = is_member  # None: every peer a stranger, nobody evicted
 
     def _free_departed(self) -> None:
         """Forget the slots whose holder is gone (expired or disconnected)."""
@@ -112,6 +124,23 @@ class RelayService(CircuitV2Protocol):
                 del rm._reservations[peer]
         for peer in [p for p in self._source_of if p not in rm._reservations]:
             del self._source_of[peer]
+
+    def _make_room(self, peer: ID) -> None:
+        """Every slot taken and ``peer`` a member without one: free the newest slot a
+        stranger holds, if any (module docstring)."""
+        rm, member = self.resource_manager, self.is_member
+        if member is None or len(rm._reservations) < rm.limits.max_reservations:
+            return
+        if rm.get_reservation(peer) is not None or not member(peer):
+            return
+        strangers = [p for p in rm._reservations if not member(p)]
+        if not strangers:
+            return
+        newest = max(strangers, key=lambda p: rm._reservations[p].created_at)
+        del rm._reservations[newest]
+        self._source_of.pop(newest, None)
+        self.counters.add("relay.serve_evicted")
+        log.debug("relay slot of stranger %s given to member %s", newest, peer)
 
     async def _handle_reserve(self, stream: Any, msg: HopMessage) -> None:
         """RESERVE for the peer on the connection, within its source's share."""
@@ -145,6 +174,7 @@ class RelayService(CircuitV2Protocol):
                 except Exception as err:  # the peer's stream: reset, closed, broken
                     log.debug("relay refusal to %s not sent: %r", peer, err)
                 return
+        self._make_room(peer)
         if source is not None:
             # Booked before py-libp2p's first await (its reserve() runs before it), so
             # that a second RESERVE from the same address, read meanwhile, counts it.

@@ -252,6 +252,23 @@ def _dial_from(host: Any, ip: str) -> None:
             transport.dial = lambda maddr, dial=with_source: dial(maddr, (ip, 0))
 
 
+async def _reserve(host: Any, relay: ID, statuses: list[int], named: ID | None = None) -> None:
+    """One RESERVE from a plain py-libp2p ``host`` to ``relay`` (naming ``named`` in
+    it, if given); the STATUS of the answer is appended to ``statuses``."""
+    from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage, PeerId
+    from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID
+    from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
+
+    with trio.fail_after(20):
+        stream = await host.new_stream(relay, [PROTOCOL_ID])
+        msg = HopMessage(type=HopMessage.RESERVE)
+        if named is not None:
+            msg.peer.CopyFrom(PeerId(id=named.to_bytes()))
+        await write_delimited_msg(stream, msg)
+        statuses.append(int((await read_delimited_msg(stream, HopMessage)).status))
+        await stream.close()
+
+
 def _reserve_as_strangers(
     relay_addr: str, named: ID | None, sources: list[str] | None = None
 ) -> list[int]:
@@ -263,23 +280,13 @@ def _reserve_as_strangers(
 
     from libp2p import new_host
     from libp2p.peer.peerinfo import info_from_p2p_addr
-    from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage, PeerId
-    from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID
-    from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
 
     info = info_from_p2p_addr(multiaddr.Multiaddr(relay_addr))
     loopback = multiaddr.Multiaddr("/ip4/127.0.0.1/tcp/0")
     statuses: list[int] = []
 
-    async def reserve(host: Any, peer: ID | None = None) -> None:
-        with trio.fail_after(20):
-            stream = await host.new_stream(info.peer_id, [PROTOCOL_ID])
-            msg = HopMessage(type=HopMessage.RESERVE)
-            if peer is not None:
-                msg.peer.CopyFrom(PeerId(id=peer.to_bytes()))
-            await write_delimited_msg(stream, msg)
-            statuses.append(int((await read_delimited_msg(stream, HopMessage)).status))
-            await stream.close()
+    async def reserve(host: Any, named: ID | None = None) -> None:
+        await _reserve(host, info.peer_id, statuses, named)
 
     async def main() -> None:
         hosts = [new_host(listen_addrs=[loopback]) for _ in range(4)]
@@ -378,9 +385,6 @@ def _strangers_then_a_member(relay_addr: str, accepted: Any) -> tuple[list[int],
     from libp2p.peer.peerinfo import info_from_p2p_addr
     from libp2p.pubsub.gossipsub import GossipSub
     from libp2p.pubsub.pubsub import Pubsub
-    from libp2p.relay.circuit_v2.pb.circuit_pb2 import HopMessage
-    from libp2p.relay.circuit_v2.protocol import PROTOCOL_ID
-    from libp2p.relay.circuit_v2.utils import read_delimited_msg, write_delimited_msg
     from libp2p.tools.anyio_service import background_trio_service
 
     from swarmnode.p2p.gossip import GOSSIP_PROTOCOLS, topic_for
@@ -391,11 +395,7 @@ def _strangers_then_a_member(relay_addr: str, accepted: Any) -> tuple[list[int],
     statuses: list[int] = []
 
     async def reserve(host: Any) -> None:
-        with trio.fail_after(20):
-            stream = await host.new_stream(info.peer_id, [PROTOCOL_ID])
-            await write_delimited_msg(stream, HopMessage(type=HopMessage.RESERVE))
-            statuses.append(int((await read_delimited_msg(stream, HopMessage)).status))
-            await stream.close()
+        await _reserve(host, info.peer_id, statuses)
 
     hosts = [new_host(listen_addrs=[loopback]) for _ in range(4)]
     for h, ip in zip(hosts, ["127.0.0.2", "127.0.0.3", "127.0.0.4", "127.0.0.5"], strict=True):

@@ -380,10 +380,11 @@ class P2PHost:
             return  # our own publish, echoed to our own subscription
         self.counters.add("msgs_in")
         self.counters.add("bytes_in", len(msg.data))
-        self._authors.note(origin.to_base58())
+        author = origin.to_base58()
+        self._authors.note(author)
         held = self._decoded.pop(id(msg), None)
         batch = held[1] if held is not None and held[0] is msg else None
-        self.inbox.put(Received(origin.to_base58(), bytes(msg.data), time.time(), batch))
+        self.inbox.put(Received(author, bytes(msg.data), time.time(), batch))
 
     async def _enforce_loop(self, pubsub: Pubsub) -> None:
         """Disconnect and blacklist graylisted peers; lift the blacklist when it expires."""

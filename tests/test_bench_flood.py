@@ -48,6 +48,25 @@ def test_flood_phases_are_given_against_calm_and_against_five_idle_peers() -> No
     assert idle.startswith("ratio 1.05") and "vs_5idle" not in idle
 
 
+def test_sybils_under_every_rate_are_given_against_the_same_flood_at_a_stand_in() -> None:
+    """``5sybil_apart`` (the attackers' load without their messages) is the reference
+    for ``5sybil_under`` alone: the ratio of the two, and the work-adjusted one."""
+    calm = [1.0, 1.02, 0.98] * 20
+    line = summary(
+        {
+            "calm0": _phase(calm),
+            "5sybil_under0": _phase([1.12 * d for d in calm]),
+            "5sybil_apart0": _phase([1.05 * d for d in calm], valid=False),
+        }
+    )
+    under = line.split("; 5sybil_under ")[1].split(";")[0]
+    assert under.startswith("ratio 1.12")
+    assert "vs_apart 1.07 [1.06, 1.07]" in under  # 1.12 / 1.05, rounds resampled
+    assert "work_adjusted_vs_apart 1.067" in under
+    apart = line.split("; 5sybil_apart ")[1]
+    assert apart.startswith("INVALID ratio 1.05") and "vs_apart" not in apart
+
+
 def test_the_collectors_cost_is_given_per_round_and_generation() -> None:
     from swarmnode.lab.victim import gc_per_round
 

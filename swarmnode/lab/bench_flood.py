@@ -23,9 +23,14 @@ count's; the calm victim has one peer); ``1peer`` (one identity, as fast as it c
 ``5sybil`` (five, as fast as they can); ``5sybil_under`` (five, each under the
 per-originator rates: ``--under-rate`` messages a second of ``--under-groups`` groups, so
 none is rate-limited or graylisted: the ingestion time budget,
-``sapo.ingest_max_share``, is what must hold). A flood phase is valid when the flooders
+``sapo.ingest_max_share``, is what must hold); ``5sybil_apart`` (the same five at the same
+rates, flooding a stand-in for the victim in their own process instead: the attack's whole
+CPU on the other cores and none of its messages at the victim, the reference that tells
+what the node pays for the messages from what the attackers' load costs it through a
+shared machine; ``vs_apart``). A flood phase is valid when the flooders
 sent at least 100 messages to the victim and the victim counted at least 100 beyond the
-honest peer's (``5idle`` when its hosts were meshed). A graylisted flooder is cut off
+honest peer's (``5idle`` when its hosts were meshed; ``5sybil_apart`` when they sent
+100 to the stand-in and the victim counted fewer than 10). A graylisted flooder is cut off
 (it keeps redialling, as attackers do): that is the defence working, and the phase still
 lasts ``--phase-s``.
 
@@ -97,14 +102,16 @@ PHASES = (  # name, identities, messages/s per identity (0: as fast as it can), 
     ("1peer", 1, 0.0, 1),
     ("5sybil", 5, 0.0, 1),
     ("5sybil_under", 5, UNDER, -1),
+    ("5sybil_apart", 5, UNDER, -1),  # the same flood, at a stand-in: the machine's share
 )
 
 
 def start_flooder(
-    addr: str, identities: int, rate: float, groups: int, seed: int
+    addr: str, identities: int, rate: float, groups: int, seed: int, apart: bool = False
 ) -> subprocess.Popen[bytes]:
     argv = [sys.executable, "-m", "swarmnode.lab.flooder", addr, "--identities", str(identities)]
     argv += ["--rate", str(rate), "--groups", str(groups), "--seed", str(seed)]
+    argv += ["--apart"] if apart else []
     flooder = subprocess.Popen(
         argv,
         cwd=REPO,
@@ -127,9 +134,10 @@ async def phase(
     seed: int,
 ) -> dict[str, Any]:
     identities, rate, groups = flood
+    apart = name.rstrip("0123456789").endswith("_apart")  # flooding a stand-in, not the victim
     flooder, flood_ids = None, []
     if identities:
-        flooder = start_flooder(addr, identities, rate, groups, seed)
+        flooder = start_flooder(addr, identities, rate, groups, seed, apart)
         assert flooder.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
@@ -191,9 +199,10 @@ async def phase(
         round_s_median=round(statistics.median(times), 3) if times else None,
         rounds=len(times),
         flood_counted=flood_counted,
+        # _apart: the flood was sent, and none of it reached the victim
         valid=not identities
         or rate == SILENT
-        or (out.get("sent", 0) >= 100 and flood_counted >= 100),
+        or (out.get("sent", 0) >= 100 and (flood_counted < 10 if apart else flood_counted >= 100)),
         honest_accepted=None
         if honest_v[0] is None or honest_v[1] is None
         else honest_v[1]["verdicts"].get("accepted", 0)
@@ -298,11 +307,15 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
         gray = [s for r in rs for s in r["s_to_graylist"]]
         wr, wlo, whi = work_ratio(calm_rs, rs)
         vs_idle = ""
-        if name not in ("calm", "5idle") and "5idle" in kinds:
-            idle = durations(kinds["5idle"])
-            ilo, ihi = ratio_interval(idle, d)
-            vs_idle = f" vs_5idle {statistics.fmean(d) / statistics.fmean(idle):.2f}"
-            vs_idle += f" [{ilo:.2f}, {ihi:.2f}]"
+        for ref, takes in (("5idle", name != "5idle"), ("5sybil_apart", name == "5sybil_under")):
+            if takes and ref in kinds:
+                against = durations(kinds[ref])
+                ilo, ihi = ratio_interval(against, d)
+                mean = statistics.fmean(d) / statistics.fmean(against)
+                vs_idle += f" vs_{ref.split('_')[-1]} {mean:.2f} [{ilo:.2f}, {ihi:.2f}]"
+                if ref == "5sybil_apart":
+                    ar, alo, ahi = work_ratio(kinds[ref], rs)
+                    vs_idle += f" work_adjusted_vs_apart {ar:.3f} [{alo:.3f}, {ahi:.3f}]"
         parts.append(
             f"{name}{'' if all(r['valid'] for r in rs) else ' INVALID'}"
             f" ratio {statistics.fmean(d) / calm:.2f} [{lo:.2f}, {hi:.2f}]"
@@ -391,7 +404,7 @@ def main() -> None:
         "--phases",
         default=",".join(p[0] for p in PHASES),
         help="the phases a cycle runs, comma-separated, in this order: calm,5idle,1peer,5sybil,"
-        "5sybil_under (default: all; without calm there are no ratios)",
+        "5sybil_under,5sybil_apart (default: all; without calm there are no ratios)",
     )
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")

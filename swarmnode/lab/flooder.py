@@ -10,6 +10,13 @@ like any other with nothing to say). Each counts what its router really queued f
 victim (``sent``) apart from what its outbound queue dropped, the PRUNEs it got and the
 seconds it had the victim in its mesh. It redials whenever the victim cut it off.
 
+``--apart``: the same hosts flood a stand-in instead (one more raw host in this process,
+a stock py-libp2p gossipsub router with strict signing, that relays each message to the
+other flooders as the victim would): the attack's whole CPU stays on the attackers'
+machine and none of its messages reach the victim. On a machine that also runs the
+victim, that phase measures what the attackers' load costs the victim through the
+machine alone (caches, memory, the hypervisor), apart from anything the node does.
+
 Prints ``{"ready": [peer ids]}`` once every identity is meshed, its figures as one JSON
 line every 2 s and once more when it stops (SIGINT). Run by ``bench_flood.start_flooder``:
 
@@ -95,9 +102,17 @@ class Flooder:
     publishes only to mesh peers: one not meshed sends nothing, whatever its rate)."""
 
     def __init__(
-        self, target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
+        self,
+        target: str,
+        identities: int,
+        seconds: float,
+        rate: float,
+        groups: int,
+        seed: int,
+        apart: bool = False,
     ) -> None:
         self.info = info_from_p2p_addr(Multiaddr(target))
+        self.apart = apart  # flood a stand-in (main starts it and sets self.info to it)
         self.identities, self.seconds, self.rate, self.groups = identities, seconds, rate, groups
         self.pools = [flood_pool(seed, k, 1500) for k in range(identities)]
         self.published, self.sent = [0] * identities, [0] * identities
@@ -242,20 +257,42 @@ class Flooder:
             await trio.sleep(2)
             print(self.figures(), flush=True)
 
+    async def stand_in(self, task_status: Any = trio.TASK_STATUS_IGNORED) -> None:
+        """``--apart``: a stock router with strict signing in the victim's place, on
+        this process's core; its address becomes the hosts' target."""
+        listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+        host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
+        gs = GossipSub(list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1)
+        ps = Pubsub(host, gs, strict_signing=True)
+        async with (
+            host.run(listen_addrs=listen),
+            background_trio_service(ps),
+            background_trio_service(gs),
+        ):
+            await ps.wait_until_ready()
+            sub = await ps.subscribe(TOPIC)
+            addr = f"{host.get_addrs()[0]}"
+            if "/p2p/" not in addr:
+                addr += f"/p2p/{host.get_id().to_base58()}"
+            self.info = info_from_p2p_addr(Multiaddr(addr))
+            task_status.started()
+            while True:  # read what it is sent, as a subscriber does
+                await sub.get()
+
     async def main(self) -> None:
         async with trio.open_nursery() as nursery:
+            if self.apart:
+                await nursery.start(self.stand_in)
             nursery.start_soon(self.report)
             for k in range(self.identities):
                 nursery.start_soon(self.one, k)
 
 
-def run_flooder(
-    target: str, identities: int, seconds: float, rate: float, groups: int, seed: int
-) -> None:
-    """Raw py-libp2p hosts: mesh with the victim, then publish (``rate`` messages a
-    second each; 0: as fast as they can). Prints {"ready": [peer ids]} once every host
-    has the victim in its mesh, and the figures ({"sent": n, ...}) at the end."""
-    flooder = Flooder(target, identities, seconds, rate, groups, seed)
+def run_flooder(flooder: Flooder) -> None:
+    """Raw py-libp2p hosts: mesh with the victim (``--apart``: a stand-in), then publish
+    (``rate`` messages a second each; 0: as fast as they can). Prints {"ready": [peer
+    ids]} once every host has its target in its mesh, and the figures ({"sent": n,
+    ...}) at the end."""
     try:
         trio.run(flooder.main)
     finally:
@@ -272,8 +309,14 @@ def main() -> None:
     )
     ap.add_argument("--groups", type=int, default=1, help="groups per message")
     ap.add_argument("--seed", type=int, default=5000, help="which catalog items it sends")
-    args = ap.parse_args()
-    run_flooder(args.target, args.identities, args.seconds, args.rate, args.groups, args.seed)
+    ap.add_argument(
+        "--apart",
+        action="store_true",
+        help="flood a stand-in in this process instead of ADDR (the attack's CPU, none of "
+        "its messages)",
+    )
+    a = ap.parse_args()
+    run_flooder(Flooder(a.target, a.identities, a.seconds, a.rate, a.groups, a.seed, a.apart))
 
 
 if __name__ == "__main__":

@@ -332,6 +332,7 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
             f" (calm {[r['others_woke_per_s'] for r in calm_rs]})"
             f" rounds {pooled(rs, 'rounds')}"
             f" flooder_cpu_s {sum(r.get('cpu_s') or 0.0 for r in rs):.1f}"
+            f" (flooding {sum(r.get('flood_cpu_s') or 0.0 for r in rs):.1f})"
             f" honest {pooled(rs, 'honest_accepted')}/{pooled(rs, 'honest_trained')}"
             f" trained {pooled(rs, 'groups_trained')}g/{pooled(rs, 'tokens_trained')}t"
             f" sent {pooled(rs, 'sent')} counted {pooled(rs, 'flood_counted')}"

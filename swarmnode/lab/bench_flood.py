@@ -306,20 +306,20 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
         )
         gray = [s for r in rs for s in r["s_to_graylist"]]
         wr, wlo, whi = work_ratio(calm_rs, rs)
-        vs_idle = ""
+        refs = ""  # vs_5idle for every flood; vs_apart for 5sybil_under
         for ref, takes in (("5idle", name != "5idle"), ("5sybil_apart", name == "5sybil_under")):
             if takes and ref in kinds:
                 against = durations(kinds[ref])
                 ilo, ihi = ratio_interval(against, d)
                 mean = statistics.fmean(d) / statistics.fmean(against)
-                vs_idle += f" vs_{ref.split('_')[-1]} {mean:.2f} [{ilo:.2f}, {ihi:.2f}]"
+                refs += f" vs_{ref.split('_')[-1]} {mean:.2f} [{ilo:.2f}, {ihi:.2f}]"
                 if ref == "5sybil_apart":
                     ar, alo, ahi = work_ratio(kinds[ref], rs)
-                    vs_idle += f" work_adjusted_vs_apart {ar:.3f} [{alo:.3f}, {ahi:.3f}]"
+                    refs += f" work_adjusted_vs_apart {ar:.3f} [{alo:.3f}, {ahi:.3f}]"
         parts.append(
             f"{name}{'' if all(r['valid'] for r in rs) else ' INVALID'}"
             f" ratio {statistics.fmean(d) / calm:.2f} [{lo:.2f}, {hi:.2f}]"
-            f" (median {statistics.median(d) / calm_median:.2f}) per_cycle {per_cycle}{vs_idle}"
+            f" (median {statistics.median(d) / calm_median:.2f}) per_cycle {per_cycle}{refs}"
             f" node_cpu_per_round_ratio {cpu_per_round(rs) / calm_cpu:.2f}"
             f" work_adjusted {wr:.3f} [{wlo:.3f}, {whi:.3f}]"
             f" outside_training_share {[r['outside_training_share'] for r in rs]}"

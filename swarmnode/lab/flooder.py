@@ -32,6 +32,8 @@ import json
 import random
 import resource
 import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import msgpack
@@ -94,6 +96,25 @@ def flood_payload(pool: list[dict[str, Any]], i: int, groups: int) -> bytes:
 def _cpu_s() -> float:
     cpu = resource.getrusage(resource.RUSAGE_SELF)
     return cpu.ru_utime + cpu.ru_stime
+
+
+@asynccontextmanager
+async def _router(
+    protocols: list[Any], **gossip: Any
+) -> AsyncIterator[tuple[Any, Pubsub, GossipSub]]:
+    """A raw py-libp2p host on loopback with a gossipsub router (D 6, 4-12, strict
+    signing), running and ready: (host, pubsub, gossipsub)."""
+    listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+    host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
+    gs = GossipSub(protocols, 6, 4, 12, heartbeat_interval=1, **gossip)
+    ps = Pubsub(host, gs, strict_signing=True)
+    async with (
+        host.run(listen_addrs=listen),
+        background_trio_service(ps),
+        background_trio_service(gs),
+    ):
+        await ps.wait_until_ready()
+        yield host, ps, gs
 
 
 class Flooder:
@@ -165,21 +186,14 @@ class Flooder:
         """Identity k: join the topic, wait until the victim is in its mesh (and every
         other host too), then flood until the shared stop time."""
         info = self.info
-        listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
-        host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
         # py-libp2p's spam guard also throttles our own publishes (10/s): an attacker
         # turns it off.
-        gs = GossipSub(
-            list(GOSSIP_PROTOCOLS), 6, 4, 12, heartbeat_interval=1, spam_protection_enabled=False
-        )
-        ps = Pubsub(host, gs, strict_signing=True)
-        self.count_sends(k, ps, gs)
-        async with (
-            host.run(listen_addrs=listen),
-            background_trio_service(ps),
-            background_trio_service(gs),
+        async with _router(list(GOSSIP_PROTOCOLS), spam_protection_enabled=False) as (
+            host,
+            ps,
+            gs,
         ):
-            await ps.wait_until_ready()
+            self.count_sends(k, ps, gs)
             await ps.subscribe(TOPIC)
             with trio.fail_after(60):
                 await host.connect(info)
@@ -271,17 +285,8 @@ class Flooder:
         node speaks by default (no gossipsub v1.2: with it, it and every flooder sent
         each other IDONTWANT for every message, and the attackers' process spent 71 s
         of CPU in a 240 s phase against 33 s flooding the node)."""
-        listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
-        host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
         protocols = node_protocols(idontwant=SwarmConfig().idontwant)
-        gs = GossipSub(protocols, 6, 4, 12, heartbeat_interval=1)
-        ps = Pubsub(host, gs, strict_signing=True)
-        async with (
-            host.run(listen_addrs=listen),
-            background_trio_service(ps),
-            background_trio_service(gs),
-        ):
-            await ps.wait_until_ready()
+        async with _router(protocols) as (host, ps, _):
             sub = await ps.subscribe(TOPIC)
             addr = f"{host.get_addrs()[0]}"
             if "/p2p/" not in addr:

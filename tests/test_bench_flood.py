@@ -67,6 +67,24 @@ def test_sybils_under_every_rate_are_given_against_the_same_flood_at_a_stand_in(
     assert apart.startswith("INVALID ratio 1.05") and "vs_apart" not in apart
 
 
+def test_the_flood_across_a_link_is_given_against_the_same_flood_on_loopback() -> None:
+    """``5sybil_far`` (the same flood from a namespace of its own) is read against
+    ``5sybil_under`` (on loopback): what loopback hides or adds."""
+    calm = [1.0, 1.02, 0.98] * 20
+    line = summary(
+        {
+            "calm0": _phase(calm),
+            "5sybil_under0": _phase([1.05 * d for d in calm]),
+            "5sybil_far0": _phase([1.155 * d for d in calm]),
+        }
+    )
+    far = line.split("; 5sybil_far ")[1]
+    assert far.startswith("ratio 1.16") and "vs_under 1.10 [1.09, 1.11]" in far
+    assert "work_adjusted_vs_under 1.100" in far
+    under = line.split("; 5sybil_under ")[1].split(";")[0]
+    assert "vs_under" not in under and "vs_apart" not in under
+
+
 def test_the_collectors_cost_is_given_per_round_and_generation() -> None:
     from swarmnode.lab.victim import gc_per_round
 
@@ -104,3 +122,23 @@ def test_an_unknown_phase_is_a_one_line_error(capsys: Any) -> None:
         sys.argv = argv
     assert exit_.value.code == 2
     assert "--phases: no phase 5sybils (known: calm," in capsys.readouterr().err
+
+
+def test_the_flood_across_a_link_needs_pin_and_says_so_in_one_line(capsys: Any) -> None:
+    import sys
+
+    import pytest
+
+    from swarmnode.lab import bench_flood
+    from swarmnode.lab.farlink import unavailable
+
+    argv = sys.argv
+    sys.argv = ["bench_flood", "--phases", "calm,5sybil_far"]
+    try:
+        with pytest.raises(SystemExit) as exit_:
+            bench_flood.main()
+    finally:
+        sys.argv = argv
+    assert exit_.value.code == 2
+    why = unavailable() or "it needs --pin (each side's CPUs)"
+    assert f"--phases 5sybil_far: {why}" in capsys.readouterr().err

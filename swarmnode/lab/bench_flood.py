@@ -27,7 +27,12 @@ none is rate-limited or graylisted: the ingestion time budget,
 rates, flooding a stand-in for the victim in their own process instead: the attack's whole
 CPU on the other cores and none of its messages at the victim, the reference that tells
 what the node pays for the messages from what the attackers' load costs it through a
-shared machine; ``vs_apart``). A flood phase is valid when the flooders
+shared machine; ``vs_apart``); ``5sybil_far`` (the same five at the same rates from a
+network namespace of their own, across a veth pair, each side's received packets
+processed on its own CPUs: on loopback the node's kernel runs its peers' TCP input for
+what it relays, and its peers' kernels run its own for what it is sent; swarmnode/lab/
+farlink.py; ``vs_under``; needs root and ``--pin``, not in the default phases). A flood
+phase is valid when the flooders
 sent at least 100 messages to the victim and the victim counted at least 100 beyond the
 honest peer's (``5idle`` when its hosts were meshed; ``5sybil_apart`` when they sent
 100 to the stand-in and the victim counted fewer than 10). A graylisted flooder is cut off
@@ -75,6 +80,8 @@ from pathlib import Path
 from typing import Any
 
 from swarmnode.lab import REPO
+from swarmnode.lab.farlink import FarLink
+from swarmnode.lab.farlink import unavailable as farlink_unavailable
 from swarmnode.lab.flooder import SILENT
 from swarmnode.lab.victim import (
     FRESHNESS_S,
@@ -103,15 +110,26 @@ PHASES = (  # name, identities, messages/s per identity (0: as fast as it can), 
     ("5sybil", 5, 0.0, 1),
     ("5sybil_under", 5, UNDER, -1),
     ("5sybil_apart", 5, UNDER, -1),  # the same flood, at a stand-in: the machine's share
+    ("5sybil_far", 5, UNDER, -1),  # the same flood, from a namespace of its own: loopback's
 )
+NEEDS_ROOT = {"5sybil_far"}  # not in the default phases
 
 
 def start_flooder(
-    addr: str, identities: int, rate: float, groups: int, seed: int, apart: bool = False
+    addr: str,
+    identities: int,
+    rate: float,
+    groups: int,
+    seed: int,
+    apart: bool = False,
+    link: FarLink | None = None,
 ) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "swarmnode.lab.flooder", addr, "--identities", str(identities)]
-    argv += ["--rate", str(rate), "--groups", str(groups), "--seed", str(seed)]
+    """The flooder process (swarmnode/lab/flooder.py); with ``link``, on its far side."""
+    argv = [*(link.exec_prefix() if link else []), sys.executable, "-m", "swarmnode.lab.flooder"]
+    argv += [addr, "--identities", str(identities), "--rate", str(rate)]
+    argv += ["--groups", str(groups), "--seed", str(seed)]
     argv += ["--apart"] if apart else []
+    argv += ["--listen-ip", link.far_ip] if link else []
     flooder = subprocess.Popen(
         argv,
         cwd=REPO,
@@ -132,12 +150,19 @@ async def phase(
     honest: str,
     honest_published: list[int],
     seed: int,
+    far_side: tuple[FarLink, str] | None = None,
 ) -> dict[str, Any]:
+    """One phase; ``far_side``: the link and the victim's address on it (``_far``)."""
     identities, rate, groups = flood
-    apart = name.rstrip("0123456789").endswith("_apart")  # flooding a stand-in, not the victim
+    kind = name.rstrip("0123456789")
+    apart = kind.endswith("_apart")  # flooding a stand-in, not the victim
+    far = None
+    if kind.endswith("_far"):  # flooding from the link's far side, to its address there
+        assert far_side is not None
+        far, addr = far_side
     flooder, flood_ids = None, []
     if identities:
-        flooder = start_flooder(addr, identities, rate, groups, seed, apart)
+        flooder = start_flooder(addr, identities, rate, groups, seed, apart, far)
         assert flooder.stdout is not None
         line = await asyncio.wait_for(asyncio.to_thread(flooder.stdout.readline), 300)
         flood_ids = json.loads(line)["ready"]  # meshed with the victim: the flood starts
@@ -306,16 +331,20 @@ def summary(res: dict[str, dict[str, Any]]) -> str:
         )
         gray = [s for r in rs for s in r["s_to_graylist"]]
         wr, wlo, whi = work_ratio(calm_rs, rs)
-        refs = ""  # vs_5idle for every flood; vs_apart for 5sybil_under
-        for ref, takes in (("5idle", name != "5idle"), ("5sybil_apart", name == "5sybil_under")):
+        refs = ""  # vs_5idle for every flood; vs_apart for 5sybil_under; vs_under for _far
+        for ref, takes in (
+            ("5idle", name != "5idle"),
+            ("5sybil_apart", name == "5sybil_under"),
+            ("5sybil_under", name == "5sybil_far"),
+        ):
             if takes and ref in kinds:
-                against = durations(kinds[ref])
+                against, label = durations(kinds[ref]), ref.split("_")[-1]
                 ilo, ihi = ratio_interval(against, d)
                 mean = statistics.fmean(d) / statistics.fmean(against)
-                refs += f" vs_{ref.split('_')[-1]} {mean:.2f} [{ilo:.2f}, {ihi:.2f}]"
-                if ref == "5sybil_apart":
+                refs += f" vs_{label} {mean:.2f} [{ilo:.2f}, {ihi:.2f}]"
+                if ref != "5idle":
                     ar, alo, ahi = work_ratio(kinds[ref], rs)
-                    refs += f" work_adjusted_vs_apart {ar:.3f} [{alo:.3f}, {ahi:.3f}]"
+                    refs += f" work_adjusted_vs_{label} {ar:.3f} [{alo:.3f}, {ahi:.3f}]"
         parts.append(
             f"{name}{'' if all(r['valid'] for r in rs) else ' INVALID'}"
             f" ratio {statistics.fmean(d) / calm:.2f} [{lo:.2f}, {hi:.2f}]"
@@ -351,6 +380,12 @@ async def amain(args: argparse.Namespace) -> int:
     tmp = Path(tempfile.mkdtemp(prefix="bench-flood-"))
     cpus = pin_cpus(args.pin)
     net_share = None if args.max_net_share == "null" else float(args.max_net_share)
+    phases = [ph for ph in PHASES if ph[0] in args.phases.split(",")]
+    link, listen = None, ["/ip4/127.0.0.1/tcp/0"]
+    if any(ph[0] == "5sybil_far" for ph in phases):
+        assert cpus is not None  # main: --pin
+        link = FarLink(cpus, os.sched_getaffinity(0))  # the victim's CPU, everyone else's
+        listen.append(f"/ip4/{link.near_ip}/tcp/0")
     victim = start_node(
         tmp,
         "victim",
@@ -363,12 +398,14 @@ async def amain(args: argparse.Namespace) -> int:
         not args.no_batch_threads,
         args.net_process,
         args.idontwant,
+        listen,
     )
     stop, ids, published = asyncio.Event(), [], [0]  # type: ignore[var-annotated]
     honest_task = None
     res: dict[str, dict[str, Any]] = {}
     try:
         addr = await victim.address()
+        far_side = None if link is None else (link, await victim.address(link.near_ip))
         cpus = os.sched_getaffinity(victim.proc.pid)  # what it really runs on
         honest_task = asyncio.create_task(
             honest_peer(addr, tmp, tmp / "victim", stop, args.questions, 8, ids, published)
@@ -376,15 +413,18 @@ async def amain(args: argparse.Namespace) -> int:
         await victim.wait_rounds(args.warmup, 1800)
         while not ids:
             await asyncio.sleep(0.1)
-        phases = [ph for ph in PHASES if ph[0] in args.phases.split(",")]
         for i, (name, n, rate, groups) in itertools.product(range(args.cycles), phases):
             if rate == UNDER:
                 rate, groups = args.under_rate, args.under_groups
             flood, key = (n, rate, groups), f"{name}{i}"
             seed = 5000 + 100 * len(res)  # each phase's flood items new to the victim
-            res[key] = await phase(victim, key, flood, args.phase_s, addr, ids[0], published, seed)
+            res[key] = await phase(
+                victim, key, flood, args.phase_s, addr, ids[0], published, seed, far_side
+            )
     finally:
         await shut_down(victim, FLOODERS, stop, honest_task)
+        if link is not None:
+            link.close()
     print(f"victim data and log: {tmp}" if args.keep else "", flush=True)
     print(
         f"victim_cpus {','.join(map(str, sorted(cpus or ())))} cpu_bf16 {int(cpu_has_bf16())}"
@@ -403,9 +443,10 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument(
         "--phases",
-        default=",".join(p[0] for p in PHASES),
+        default=",".join(p[0] for p in PHASES if p[0] not in NEEDS_ROOT),
         help="the phases a cycle runs, comma-separated, in this order: calm,5idle,1peer,5sybil,"
-        "5sybil_under,5sybil_apart (default: all; without calm there are no ratios)",
+        "5sybil_under,5sybil_apart,5sybil_far (default: all but 5sybil_far, which needs root"
+        " and --pin; without calm there are no ratios)",
     )
     ap.add_argument("--questions", type=int, default=2)
     ap.add_argument("--external", type=int, default=1, help="peer groups trained a round")
@@ -444,6 +485,10 @@ def main() -> None:
     if unknown:
         known = ", ".join(p[0] for p in PHASES)
         ap.error(f"--phases: no phase {', '.join(sorted(unknown))} (known: {known})")
+    if "5sybil_far" in args.phases.split(","):
+        why = farlink_unavailable() or (None if args.pin else "it needs --pin (each side's CPUs)")
+        if why is not None:
+            ap.error(f"--phases 5sybil_far: {why}")
     sys.exit(asyncio.run(amain(args)))
 
 

@@ -18,6 +18,9 @@ machine and none of its messages reach the victim. On a machine that also runs t
 victim, that phase measures what the attackers' load costs the victim through the
 machine alone (caches, memory, the hypervisor), apart from anything the node does.
 
+``--listen-ip``: where its hosts listen; bench_flood's ``5sybil_far`` runs it in the
+far namespace of a ``FarLink`` (swarmnode/lab/farlink.py), as on a machine of its own.
+
 Prints ``{"ready": [peer ids]}`` once every identity is meshed, its figures as one JSON
 line every 2 s and once more when it stops (SIGINT). Run by ``bench_flood.start_flooder``:
 
@@ -100,11 +103,11 @@ def _cpu_s() -> float:
 
 @asynccontextmanager
 async def _router(
-    protocols: list[Any], **gossip: Any
+    protocols: list[Any], listen_ip: str, **gossip: Any
 ) -> AsyncIterator[tuple[Any, Pubsub, GossipSub]]:
-    """A raw py-libp2p host on loopback with a gossipsub router (D 6, 4-12, strict
-    signing), running and ready: (host, pubsub, gossipsub)."""
-    listen = [Multiaddr("/ip4/127.0.0.1/tcp/0")]
+    """A raw py-libp2p host listening on ``listen_ip`` with a gossipsub router (D 6,
+    4-12, strict signing), running and ready: (host, pubsub, gossipsub)."""
+    listen = [Multiaddr(f"/ip4/{listen_ip}/tcp/0")]
     host = new_host(key_pair=create_new_key_pair(), listen_addrs=listen)
     gs = GossipSub(protocols, 6, 4, 12, heartbeat_interval=1, **gossip)
     ps = Pubsub(host, gs, strict_signing=True)
@@ -137,9 +140,11 @@ class Flooder:
         groups: int,
         seed: int,
         apart: bool = False,
+        listen_ip: str = "127.0.0.1",
     ) -> None:
         self.info = info_from_p2p_addr(Multiaddr(target))
         self.apart = apart  # flood a stand-in (main starts it and sets self.info to it)
+        self.listen_ip = listen_ip  # where its hosts listen (the victim may dial them)
         self.identities, self.seconds, self.rate, self.groups = identities, seconds, rate, groups
         self.pools = [flood_pool(seed, k, 1500) for k in range(identities)]
         self.published, self.sent = [0] * identities, [0] * identities
@@ -188,7 +193,9 @@ class Flooder:
         info = self.info
         # py-libp2p's spam guard also throttles our own publishes (10/s): an attacker
         # turns it off.
-        async with _router(list(GOSSIP_PROTOCOLS), spam_protection_enabled=False) as (
+        async with _router(
+            list(GOSSIP_PROTOCOLS), self.listen_ip, spam_protection_enabled=False
+        ) as (
             host,
             ps,
             gs,
@@ -286,7 +293,7 @@ class Flooder:
         each other IDONTWANT for every message, and the attackers' process spent 71 s
         of CPU in a 240 s phase against 33 s flooding the node)."""
         protocols = node_protocols(idontwant=SwarmConfig().idontwant)
-        async with _router(protocols) as (host, ps, _):
+        async with _router(protocols, self.listen_ip) as (host, ps, _):
             sub = await ps.subscribe(TOPIC)
             addr = f"{host.get_addrs()[0]}"
             if "/p2p/" not in addr:
@@ -332,8 +339,15 @@ def main() -> None:
         help="flood a stand-in in this process instead of ADDR (the attack's CPU, none of "
         "its messages)",
     )
+    ap.add_argument(
+        "--listen-ip",
+        default="127.0.0.1",
+        help="the address its hosts listen on (the far side of a FarLink: its far_ip)",
+    )
     a = ap.parse_args()
-    run_flooder(Flooder(a.target, a.identities, a.seconds, a.rate, a.groups, a.seed, a.apart))
+    run_flooder(
+        Flooder(a.target, a.identities, a.seconds, a.rate, a.groups, a.seed, a.apart, a.listen_ip)
+    )
 
 
 if __name__ == "__main__":

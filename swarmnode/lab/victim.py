@@ -160,13 +160,14 @@ class Victim:
             out[task.name] = (n["voluntary_ctxt_switches"], n["nonvoluntary_ctxt_switches"])
         return out
 
-    async def address(self) -> str:
-        """Its first listen address, once its transport is up."""
+    async def address(self, ip: str | None = None) -> str:
+        """Its first listen address (on ``ip`` if given), once its transport is up."""
         while True:
             self.rounds()  # exits if the process died
             try:
-                return str(self.status()["swarm"]["listen_addrs"][0])
-            except (ControlError, IndexError, KeyError, TypeError):
+                addrs = [str(a) for a in self.status()["swarm"]["listen_addrs"]]
+                return next(a for a in addrs if ip is None or f"/ip4/{ip}/" in a)
+            except (ControlError, KeyError, TypeError, StopIteration):
                 await asyncio.sleep(0.5)
 
     async def settle(self, honest: str, timeout: float) -> None:
@@ -230,13 +231,15 @@ def start_node(
     batch_threads: bool = True,
     net_process: bool = False,
     idontwant: bool = False,
+    listen: list[str] | None = None,
 ) -> Victim:
     """A ``swarmnode start`` process (1 thread), data and log in tmp, on ``model`` (a
     name or folder as in ``model.name``) or, by default, the tiny test model; on
     ``cpus`` only if given (set in the child before exec, so all its threads);
     ``verify`` is its ``sapo.verify``; ``net_share``, ``batch_threads``,
     ``net_process`` and ``idontwant`` its ``swarm.max_net_share``,
-    ``swarm.batch_threads``, ``swarm.net_process`` and ``swarm.idontwant``."""
+    ``swarm.batch_threads``, ``swarm.net_process`` and ``swarm.idontwant``; ``listen``
+    its ``swarm.listen`` (default: one loopback port, its first listen address)."""
     if model is None:
         from swarmnode.lab.tiny import make_tiny_model
 
@@ -247,6 +250,8 @@ def start_node(
     cfg["swarm"]["batch_threads"] = batch_threads
     cfg["swarm"]["net_process"] = net_process
     cfg["swarm"]["idontwant"] = idontwant
+    if listen is not None:
+        cfg["swarm"]["listen"] = listen
     cfg["sapo"]["freshness_s"] = FRESHNESS_S
     (tmp / f"{name}.yaml").write_text(yaml.safe_dump(cfg))
     log = tmp / f"{name}.log"

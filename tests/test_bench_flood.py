@@ -106,39 +106,32 @@ def test_a_run_without_calm_says_it_has_no_ratios() -> None:
     assert line == "no ratios: no calm phase ran (phases: 5sybil_under)"
 
 
-def test_an_unknown_phase_is_a_one_line_error(capsys: Any) -> None:
+def _one_line_error(capsys: Any, *argv: str) -> str:
+    """bench_flood's main with ``argv``: it exits 2; its stderr."""
     import sys
 
     import pytest
 
     from swarmnode.lab import bench_flood
 
-    argv = sys.argv
-    sys.argv = ["bench_flood", "--phases", "calm,5sybils"]
+    saved = sys.argv
+    sys.argv = ["bench_flood", *argv]
     try:
         with pytest.raises(SystemExit) as exit_:
             bench_flood.main()
     finally:
-        sys.argv = argv
+        sys.argv = saved
     assert exit_.value.code == 2
-    assert "--phases: no phase 5sybils (known: calm," in capsys.readouterr().err
+    return str(capsys.readouterr().err)
+
+
+def test_an_unknown_phase_is_a_one_line_error(capsys: Any) -> None:
+    err = _one_line_error(capsys, "--phases", "calm,5sybils")
+    assert "--phases: no phase 5sybils (known: calm," in err
 
 
 def test_the_flood_across_a_link_needs_pin_and_says_so_in_one_line(capsys: Any) -> None:
-    import sys
-
-    import pytest
-
-    from swarmnode.lab import bench_flood
     from swarmnode.lab.farlink import unavailable
 
-    argv = sys.argv
-    sys.argv = ["bench_flood", "--phases", "calm,5sybil_far"]
-    try:
-        with pytest.raises(SystemExit) as exit_:
-            bench_flood.main()
-    finally:
-        sys.argv = argv
-    assert exit_.value.code == 2
     why = unavailable() or "it needs --pin (each side's CPUs)"
-    assert f"--phases 5sybil_far: {why}" in capsys.readouterr().err
+    assert f"--phases 5sybil_far: {why}" in _one_line_error(capsys, "--phases", "calm,5sybil_far")

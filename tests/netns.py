@@ -28,6 +28,8 @@ import shutil
 import subprocess
 import sys
 
+from swarmnode.lab.farlink import sh
+
 PUBLIC_NET = "198.51.100"  # TEST-NET-2: never routed on the real internet
 SITES = {"A": ("2", "10.1.0"), "B": ("3", "10.2.0")}  # site -> (router's public host, LAN)
 
@@ -45,13 +47,6 @@ def unavailable() -> str | None:
         return f"`ip netns add` failed: {made.stderr.decode().strip()}"
     subprocess.run(["ip", "netns", "del", probe], capture_output=True, timeout=10)
     return None
-
-
-def sh(*args: str) -> str:
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=30)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(args)}: {proc.stderr.strip()}")
-    return proc.stdout
 
 
 class NatLab:

@@ -38,10 +38,12 @@ def unavailable() -> str | None:
     return None
 
 
-def _sh(*args: str) -> None:
+def sh(*args: str) -> str:
+    """Run a command (30 s at most); its stdout, or RuntimeError with its stderr."""
     proc = subprocess.run(args, capture_output=True, text=True, timeout=30)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(args)}: {proc.stderr.strip()}")
+    return proc.stdout
 
 
 def cpu_mask(cpus: set[int]) -> str:
@@ -62,22 +64,22 @@ class FarLink:
         self.near_ip, self.far_ip = f"{NET}.1", f"{NET}.2"
         self.made = False
         try:
-            _sh("ip", "netns", "add", self.ns)
+            sh("ip", "netns", "add", self.ns)
             self.made = True
-            _sh("ip", "link", "add", self.near_dev, "type", "veth", "peer", "name", self.far_dev)
-            _sh("ip", "link", "set", self.far_dev, "netns", self.ns)
-            _sh("ip", "addr", "add", f"{self.near_ip}/30", "dev", self.near_dev)
-            _sh("ip", "link", "set", self.near_dev, "up")
+            sh("ip", "link", "add", self.near_dev, "type", "veth", "peer", "name", self.far_dev)
+            sh("ip", "link", "set", self.far_dev, "netns", self.ns)
+            sh("ip", "addr", "add", f"{self.near_ip}/30", "dev", self.near_dev)
+            sh("ip", "link", "set", self.near_dev, "up")
             inside = ("ip", "netns", "exec", self.ns)
-            _sh(*inside, "ip", "addr", "add", f"{self.far_ip}/30", "dev", self.far_dev)
-            _sh(*inside, "ip", "link", "set", self.far_dev, "up")
-            _sh(*inside, "ip", "link", "set", "lo", "up")
+            sh(*inside, "ip", "addr", "add", f"{self.far_ip}/30", "dev", self.far_dev)
+            sh(*inside, "ip", "link", "set", self.far_dev, "up")
+            sh(*inside, "ip", "link", "set", "lo", "up")
             # what each side receives is processed on its own CPUs (``ip netns exec``
             # mounts the namespace's own /sys, where its device is)
             rps = "/sys/class/net/{}/queues/rx-0/rps_cpus"
-            _sh("sh", "-c", f"echo {cpu_mask(near_cpus)} > {rps.format(self.near_dev)}")
+            sh("sh", "-c", f"echo {cpu_mask(near_cpus)} > {rps.format(self.near_dev)}")
             cmd = f"echo {cpu_mask(far_cpus)} > {rps.format(self.far_dev)}"
-            _sh(*inside, "sh", "-c", cmd)
+            sh(*inside, "sh", "-c", cmd)
         except BaseException:
             self.close()
             raise
